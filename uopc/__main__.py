@@ -1,0 +1,3 @@
+from uopc.cli import main
+
+main()

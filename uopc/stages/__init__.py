@@ -1,0 +1,1 @@
+"""The lowering pipeline of seed 000, one module per stage."""
