@@ -1,0 +1,1 @@
+"""C target: renders linearized kernels to C99 with GCC/Clang vector extensions."""

@@ -1,0 +1,1 @@
+"""CUDA target: PTX renderer, fatbin, launcher."""

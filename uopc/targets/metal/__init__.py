@@ -1,0 +1,1 @@
+"""Metal target: Metal Shading Language renderer and launcher."""
