@@ -1,0 +1,143 @@
+"""`uopc build`: parse, verify, lower every entry, write the launcher, build the shared library.
+
+Outputs for NAME in DIR: DIR/NAME.c (source), DIR/libNAME.so (so), DIR/NAME.h (header), and with
+-MD a Make dependency file (DIR/NAME.d unless -MF says). Everything is made in a staging directory
+inside DIR and renamed into place only after every artifact succeeded, so a failed build leaves
+earlier outputs untouched and no partial files. The same input and flags give byte-identical outputs.
+"""
+from __future__ import annotations
+
+import os
+import re
+import shlex
+import shutil
+import subprocess
+import sys
+import tempfile
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Mapping, TextIO
+
+from uopc.diagnostics import CompileError, error
+from uopc.launcher import render_header, render_source
+from uopc.pipeline import PIPELINES, PrintOptions, check_stage_name, compile_module
+
+ARTIFACTS = ("source", "so", "header")
+
+# Flags for fast code on the host CPU's baseline ISA. No -march=native: libraries built in CI are
+# shipped to other machines, where native code can die with SIGILL, and the .so would depend on the
+# build host (breaking reproducible builds). Add it through CFLAGS when building for this machine.
+# -O3 turns the vectoriser on. -ffp-contract=off: no fused multiply-add behind the program's back,
+# so float results match the IR's rounding on every target. -fno-math-errno: math calls need not set
+# errno (kernels never read it), which lets them vectorise without changing any value.
+BASE_CFLAGS = ("-fPIC", "-shared", "-fvisibility=hidden", "-ffp-contract=off", "-fno-math-errno")
+
+
+class ToolchainError(Exception):
+  """The C compiler failed on generated code: an internal compiler error, with the compiler's output."""
+
+
+@dataclass(frozen=True)
+class BuildOptions:
+  target: str = "c"
+  out_dir: Path = Path(".")
+  emit: tuple[str, ...] = ARTIFACTS
+  opt_level: int = 3
+  print_before: tuple[str, ...] = ()
+  print_after: tuple[str, ...] = ()
+  print_out: TextIO | None = None
+  depfile: Path | None = None      # where to write Make dependencies; None: none
+  name: str | None = None          # NAME; defaults to the input's file stem
+  env: Mapping[str, str] = field(default_factory=lambda: os.environ)
+
+
+def lib_name(path: str | Path, name: str | None) -> str:
+  name = name if name is not None else Path(path).stem
+  if not re.fullmatch(r"[A-Za-z0-9_][A-Za-z0-9_.+-]*", name):
+    raise ValueError(f"'{name}' cannot name the outputs: use letters, digits, '_', '.', '+' or '-' (see --name)")
+  return name
+
+
+def artifact_paths(out_dir: Path, name: str) -> dict[str, Path]:
+  return {"source": out_dir / f"{name}.c", "so": out_dir / f"lib{name}.so", "header": out_dir / f"{name}.h"}
+
+
+def check_target(target: str) -> None:
+  if target not in PIPELINES:
+    raise CompileError([error(None, f"target {target} is not available yet", f"available targets: {', '.join(PIPELINES)}")])
+
+
+def build(path: str | Path, opts: BuildOptions = BuildOptions()) -> list[Path]:
+  """Build `path`; returns the paths written. Raises CompileError for errors in the input."""
+  check_target(opts.target)
+  for stage in opts.print_before + opts.print_after: check_stage_name(opts.target, stage)
+  name = lib_name(path, opts.name)
+  entries = _lower(str(path), opts, name)
+  header, source = render_header(name, entries), render_source(name, entries, _prelude(opts.target))
+  outputs = {k: p for k, p in artifact_paths(opts.out_dir, name).items() if k in opts.emit}
+  opts.out_dir.mkdir(parents=True, exist_ok=True)
+  staging = Path(tempfile.mkdtemp(prefix=f".{name}.uopc-", dir=opts.out_dir))
+  try:
+    staged = _stage_artifacts(staging, name, header, source, opts)
+    if opts.depfile is not None:
+      staged[opts.depfile] = staging / "deps.d"
+      staged[opts.depfile].write_text(make_dependencies(list(outputs.values()), [Path(path)]))
+    for kind, dest in outputs.items(): os.replace(staged[kind], dest)
+    if opts.depfile is not None: os.replace(staged[opts.depfile], opts.depfile)
+  finally:
+    shutil.rmtree(staging, ignore_errors=True)
+  return list(outputs.values()) + ([opts.depfile] if opts.depfile is not None else [])
+
+
+def _lower(path: str, opts: BuildOptions, name: str):
+  from uopc.frontend import load_module
+  from uopc.verify import verify_module
+  module = load_module(path)
+  diags = verify_module(module)
+  errors = [d for d in diags if d.severity == "error"]
+  if errors: raise CompileError(errors, {module.path: module.text})
+  for d in diags: print(d.format(module.text), file=sys.stderr)
+  printing = PrintOptions(frozenset(opts.print_before), frozenset(opts.print_after), opts.print_out or sys.stdout)
+  return compile_module(module, opts.target, name, printing)
+
+
+def _prelude(target: str) -> str:
+  from uopc.targets.c.render import C_PRELUDE
+  return C_PRELUDE
+
+
+def _stage_artifacts(staging: Path, name: str, header: str, source: str, opts: BuildOptions) -> dict:
+  paths = artifact_paths(staging, name)
+  paths["header"].write_text(header)
+  paths["source"].write_text(source)
+  if "so" in opts.emit: compile_shared(paths["source"], paths["so"], opts.opt_level, opts.env)
+  return paths
+
+
+def compiler_command(source: Path, output: Path, opt_level: int, env: Mapping[str, str]) -> list[str]:
+  """CC (default cc), our flags, then CFLAGS so the user has the last word. Run in the source's
+  directory with relative names, and the staging path mapped away, so it is not embedded in the .so."""
+  cc = shlex.split(env.get("CC") or "cc")
+  return [*cc, *BASE_CFLAGS, f"-O{opt_level}", f"-ffile-prefix-map={source.parent}=.", *shlex.split(env.get("CFLAGS", "")),
+          "-o", output.name, source.name]
+
+
+def compile_shared(source: Path, output: Path, opt_level: int, env: Mapping[str, str]) -> None:
+  cmd = compiler_command(source, output, opt_level, env)
+  try:
+    done = subprocess.run(cmd, cwd=source.parent, capture_output=True, text=True)
+  except OSError as e:
+    raise ToolchainError(f"cannot run the C compiler '{cmd[0]}' ({e.strerror}); set CC to a C compiler") from e
+  if done.returncode != 0 or not output.is_file():
+    raise ToolchainError(f"the C compiler failed (exit {done.returncode}) on generated code: {shlex.join(cmd)}\n"
+                         f"{done.stdout}{done.stderr}".rstrip())
+  sys.stderr.write(done.stderr)
+
+
+def _make_escape(p: Path) -> str:
+  return re.sub(r"([ #\\])", r"\\\1", str(p)).replace("$", "$$")
+
+
+def make_dependencies(targets: list[Path], prerequisites: list[Path]) -> str:
+  """A rule like gcc -MD writes: every artifact depends on the .uop file."""
+  return f"{' '.join(map(_make_escape, targets))}: {' '.join(map(_make_escape, prerequisites))}\n"

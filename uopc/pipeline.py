@@ -1,0 +1,106 @@
+"""The lowering pipeline of seed 000 as data: an ordered list of named stages per target.
+
+Seed 000's stages, in order, are callify, rangeify, optimize, expand, isel, linearize, plan and
+render. Only the stages that exist are listed; a stage joins its target's list when it lands.
+Tensor-level stages (callify, rangeify) run on `func` entries only; `kernel` entries start at the
+first kernel-level stage. Every kernel-level stage maps one kernel to one kernel: `run(value, name)`,
+where `name` is the C name the kernel gets, and the value is a UOp until render makes it a
+RenderedKernel.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Callable, Sequence, TextIO
+
+from uopc.diagnostics import CompileError, error
+from uopc.launcher import EntryKernels, c_identifier, kernel_name
+from uopc.module import Module
+from uopc.uop import UOp
+
+SEED_STAGES = ("callify", "rangeify", "optimize", "expand", "isel", "linearize", "plan", "render")
+TENSOR_STAGES = frozenset({"callify", "rangeify"})
+
+
+@dataclass(frozen=True)
+class Stage:
+  name: str
+  run: Callable[[Any, str], Any]
+
+
+# Stages import their modules when they run, so that listing the pipeline (for --help and option
+# checking) does not load every pass.
+def _linearize(sink: UOp, name: str) -> UOp:
+  from uopc.stages.linearize import linearize
+  return linearize(sink)
+
+
+def _render_c(linear: UOp, name: str):
+  from uopc.targets.c.render import render_kernel
+  return render_kernel(linear, name)
+
+
+PIPELINES: dict[str, tuple[Stage, ...]] = {
+  "c": (Stage("linearize", _linearize), Stage("render", _render_c)),
+}
+
+
+class UnknownStageError(ValueError):
+  """A --print-before/--print-after name that is not a stage of the target; the CLI makes it a usage error."""
+
+
+def stage_names(target: str) -> tuple[str, ...]: return tuple(s.name for s in PIPELINES[target])
+
+
+def check_stage_name(target: str, name: str) -> None:
+  valid = stage_names(target)
+  if name not in valid:
+    raise UnknownStageError(f"unknown stage '{name}' for target {target}; valid stages: {', '.join(valid)}")
+
+
+@dataclass(frozen=True)
+class PrintOptions:
+  """Which stages' IR to print and where: `before`/`after` hold stage names."""
+  before: frozenset[str] = frozenset()
+  after: frozenset[str] = frozenset()
+  out: TextIO | None = None
+
+
+def _show(value: Any) -> str:
+  if isinstance(value, UOp):
+    from uopc.frontend import print_uops
+    return print_uops(value)
+  return value.source  # a RenderedKernel
+
+
+def _print(opts: PrintOptions, when: str, stage: str, kernel: str, value: Any) -> None:
+  if opts.out is None: return
+  text = _show(value)
+  opts.out.write(f"# *** IR {when} {stage}: {kernel} ***\n{text}{'' if text.endswith(chr(10)) else chr(10)}")
+
+
+def run_kernel_stages(stages: Sequence[Stage], sink: UOp, name: str, opts: PrintOptions) -> Any:
+  """Run the kernel-level stages on one kernel, printing where asked; returns the last stage's value."""
+  value = sink
+  for stage in stages:
+    if stage.name in opts.before: _print(opts, "before", stage.name, name, value)
+    value = stage.run(value, name)
+    if stage.name in opts.after: _print(opts, "after", stage.name, name, value)
+  return value
+
+
+def _refuse_tensor_entries(module: Module, stages: Sequence[Stage]) -> None:
+  if any(s.name == "rangeify" for s in stages): return
+  diags = [error(e.loc, f"entry '{e.name}': tensor-level entries need Rangeify (not implemented yet)",
+                 "write it as a `kernel` entry (pointers, RANGE, INDEX) to compile it today")
+           for e in module.entries if e.kind == "func"]
+  if diags: raise CompileError(diags, {module.path: module.text})
+
+
+def compile_module(module: Module, target: str, lib_name: str, opts: PrintOptions = PrintOptions()) -> list[EntryKernels]:
+  """Every entry of `module` lowered through `target`'s pipeline to its rendered kernels."""
+  stages = PIPELINES[target]
+  _refuse_tensor_entries(module, stages)
+  kernel_stages = [s for s in stages if s.name not in TENSOR_STAGES]
+  prefix = c_identifier(lib_name)
+  return [EntryKernels(e.name, (run_kernel_stages(kernel_stages, e.sink, kernel_name(prefix, e.name, 0), opts),))
+          for e in module.entries]
