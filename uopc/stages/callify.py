@@ -10,22 +10,17 @@ from __future__ import annotations
 
 from uopc.diagnostics import CompileError, error
 from uopc.ops import Ops
+from uopc.rewrite import Pat, Rules, graph_rewrite
 from uopc.uop import UOp
 
 
-def rebuild(root: UOp, replace) -> UOp:
-  """Rebuild `root` bottom-up: each node gets its rebuilt sources, then `replace(node)` may swap it.
-  Iterative (deep graphs), and each shared node is visited once."""
+def substitute(root: UOp, mapping: dict[UOp, UOp]) -> UOp:
+  """`root` with every node in `mapping` replaced once, sharing untouched subgraphs. One pass, not a
+  rewrite to a fixed point: an argument may itself be a PARAM equal to another formal of the body."""
   done: dict[UOp, UOp] = {}
   for u in root.toposort():
-    new = u.replace(src=tuple(done[s] for s in u.src)) if u.src else u
-    done[u] = replace(new)
+    done[u] = mapping.get(u) or (u.replace(src=tuple(done[s] for s in u.src)) if u.src else u)
   return done[root]
-
-
-def substitute(root: UOp, mapping: dict[UOp, UOp]) -> UOp:
-  """`root` with every node in `mapping` replaced, sharing untouched subgraphs."""
-  return rebuild(root, lambda u: mapping.get(u, u))
 
 
 def _formals(body: UOp) -> list[UOp]: return [u for u in body.toposort() if u.op is Ops.PARAM and u.src]
@@ -44,15 +39,13 @@ def _bind(fn: UOp) -> dict[UOp, UOp]:
   return mapping
 
 
-def _inline(u: UOp) -> UOp:
-  if u.op is not Ops.GETTUPLE: return u
-  target = u.src[0]
-  if target.op is Ops.TUPLE: return target.src[u.arg]
-  if target.op is Ops.FUNCTION and target.src[0].op is Ops.TUPLE:
-    return substitute(target.src[0].src[u.arg], _bind(target))
-  return u
+CALLIFY_RULES = Rules([
+  (Pat(Ops.GETTUPLE, src=(Pat(Ops.TUPLE, name="tup"),), name="g"), lambda g, tup: tup.src[g.arg]),
+  (Pat(Ops.GETTUPLE, src=(Pat(Ops.FUNCTION, src=(Pat(Ops.TUPLE),), rest=True, name="fn"),), name="g"),
+   lambda g, fn: substitute(fn.src[0].src[g.arg], _bind(fn))),
+])
 
 
 def callify(sink: UOp) -> UOp:
   """Inline every FUNCTION reached through GETTUPLE; CALLs stay (with callified bodies and arguments)."""
-  return rebuild(sink, _inline)
+  return graph_rewrite(sink, CALLIFY_RULES, bottom_up=True)
