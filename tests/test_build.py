@@ -28,6 +28,18 @@ def _missing_pipeline_piece() -> str | None:
 needs_pipeline = pytest.mark.skipif(_missing_pipeline_piece() is not None, reason=str(_missing_pipeline_piece()))
 
 
+def _missing_front_end() -> str | None:
+  try:
+    from uopc.frontend import load_module  # noqa: F401
+    from uopc.verify import verify_module  # noqa: F401
+  except ImportError as e:
+    return f"the front end is not complete yet: {e}"
+  return None
+
+
+needs_front_end = pytest.mark.skipif(_missing_front_end() is not None, reason=str(_missing_front_end()))
+
+
 def uopc(*args, env=None):
   return CliRunner(env=env).invoke(cli, ["build", *map(str, args)])
 
@@ -215,6 +227,29 @@ def test_print_before_render_and_after_render_show_ir_then_c(tmp_path):
   before, after = r.stdout.split("# *** IR after render: saxpy__saxpy_k0 ***\n")
   assert before.startswith("# *** IR before render: saxpy__saxpy_k0 ***\n")
   assert "void saxpy__saxpy_k0(" in after
+
+
+FUNC_ENTRY = """# a tensor-level entry
+func add2 {
+  %a = PARAM([4]) {(0, "a")} : f32
+  %b = PARAM([4]) {(1, "b")} : f32
+  %c = ADD(%a, %b) : f32
+  %o = BUFFER([4]) {(2, "out")} : f32
+  %s = STORE(%o, %c)
+  SINK(%s)
+}
+"""
+
+
+@needs_front_end
+def test_tensor_level_entries_are_refused_at_their_line(tmp_path):
+  src = tmp_path / "f.uop"
+  src.write_text(FUNC_ENTRY)
+  r = uopc(src, "-o", tmp_path / "out")
+  assert r.exit_code == 1
+  assert r.stderr.startswith(f"{src}:2:1: error: entry 'add2': tensor-level entries need Rangeify (not implemented yet)\n"
+                             "func add2 {\n^\n")
+  assert not (tmp_path / "out").exists()
 
 
 def test_unknown_stage_is_a_usage_error_listing_stages(tmp_path):
