@@ -9,8 +9,8 @@ RenderedKernel.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
-from typing import Any, Callable, Sequence, TextIO
+from dataclasses import dataclass, field, replace
+from typing import Any, Callable, Mapping, Sequence, TextIO
 
 from uopc.diagnostics import CompileError, error
 from uopc.launcher import EntryKernels, c_identifier, kernel_name
@@ -59,22 +59,24 @@ def check_stage_name(target: str, name: str) -> None:
 
 @dataclass(frozen=True)
 class PrintOptions:
-  """Which stages' IR to print and where: `before`/`after` hold stage names."""
+  """Which stages' IR to print and where: `before`/`after` hold stage names; `names` are the user's
+  %names, so printed IR reads like the source."""
   before: frozenset[str] = frozenset()
   after: frozenset[str] = frozenset()
   out: TextIO | None = None
+  names: Mapping[UOp, str] = field(default_factory=dict)
 
 
-def _show(value: Any) -> str:
+def _show(value: Any, names: Mapping[UOp, str]) -> str:
   if isinstance(value, UOp):
     from uopc.frontend import print_uops
-    return print_uops(value)
+    return print_uops(value, dict(names))
   return value.source  # a RenderedKernel
 
 
 def _print(opts: PrintOptions, when: str, stage: str, kernel: str, value: Any) -> None:
   if opts.out is None: return
-  text = _show(value)
+  text = _show(value, opts.names)
   opts.out.write(f"# *** IR {when} {stage}: {kernel} ***\n{text}{'' if text.endswith(chr(10)) else chr(10)}")
 
 
@@ -102,5 +104,6 @@ def compile_module(module: Module, target: str, lib_name: str, opts: PrintOption
   _refuse_tensor_entries(module, stages)
   kernel_stages = [s for s in stages if s.name not in TENSOR_STAGES]
   prefix = c_identifier(lib_name)
+  opts = replace(opts, names=module.names)
   return [EntryKernels(e.name, (run_kernel_stages(kernel_stages, e.sink, kernel_name(prefix, e.name, 0), opts),))
           for e in module.entries]
