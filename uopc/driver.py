@@ -118,7 +118,7 @@ def compiler_command(source: Path, output: Path, opt_level: int, env: Mapping[st
   """CC (default cc), our flags, then CFLAGS so the user has the last word. Run in the source's
   directory with relative names, and the staging path mapped away, so it is not embedded in the .so."""
   cc = shlex.split(env.get("CC") or "cc")
-  return [*cc, *BASE_CFLAGS, f"-O{opt_level}", f"-ffile-prefix-map={source.parent}=.", *shlex.split(env.get("CFLAGS", "")),
+  return [*cc, *BASE_CFLAGS, f"-O{opt_level}", f"-ffile-prefix-map={source.parent.resolve()}=.", *shlex.split(env.get("CFLAGS", "")),
           "-o", output.name, source.name]
 
 
