@@ -1,0 +1,236 @@
+"""Rangeify: the kernel split and the lowering, checked by running the kernels in a small interpreter
+of kernel-level IR (below, written from the README's IR table) against the numpy reference."""
+import numpy as np
+import pytest
+
+from tensor_ref import _BINARY, _UNARY, np_dtype, run_func
+from uopc.dtype import dtypes
+from uopc.ops import AxisType, Ops
+from uopc.stages.rangeify import rangeify
+from uopc.uop import UOp
+
+f32, i32 = dtypes.float32, dtypes.int32
+
+
+# ---- a reference interpreter of kernel-level programs -----------------------------------------------------
+class KernelInterpreter:
+  """Evaluates a kernel SINK: each node once per value of the RANGEs it depends on (END closes its RANGE)."""
+
+  def __init__(self, memory: dict, variables: dict):
+    self.memory, self.variables, self.env, self.memo, self.deps = memory, variables, {}, {}, {}
+
+  def ranges(self, u):
+    if u not in self.deps:
+      if u.op is Ops.RANGE: d = {u} | self.ranges(u.src[0])
+      elif u.op is Ops.END: d = (self.ranges(u.src[0]) - {u.src[1]}) | self.ranges(u.src[1].src[0])
+      else: d = set().union(*(self.ranges(s) for s in u.src))
+      self.deps[u] = frozenset(d)
+    return self.deps[u]
+
+  def ev(self, u):
+    key = (u, tuple(sorted((r.arg[0], self.env[r]) for r in self.ranges(u))))
+    if key not in self.memo: self.memo[key] = self.compute(u)
+    return self.memo[key]
+
+  def compute(self, u):
+    op, src = u.op, u.src
+    if op is Ops.CONST: return np.array(u.arg, np_dtype(u.dtype))
+    if op is Ops.DEFINE_VAR: return np.int64(self.variables[u.arg[0]])
+    if op is Ops.RANGE: return np.int64(self.env[u])
+    if op in (Ops.PARAM, Ops.BUFFER):
+      if op is Ops.BUFFER: self.memory.setdefault(u, np.zeros(u.dtype.size, np_dtype(u.dtype.base)))
+      return self.memory[u.arg[1] if op is Ops.PARAM else u]
+    if op is Ops.AFTER:
+      for d in src[1:]: self.ev(d)
+      return self.ev(src[0])
+    if op is Ops.INDEX: return (self.ev(src[0]), int(self.ev(src[1])))
+    if op is Ops.LOAD:
+      if len(src) == 3 and not self.ev(src[2]): return self.ev(src[1])
+      buf, i = self.ev(src[0])
+      assert 0 <= i < len(buf), f"load out of bounds: {i} of {len(buf)}"
+      return buf[i]
+    if op is Ops.STORE:
+      if len(src) == 3 and not self.ev(src[2]): return None
+      (buf, i), v = self.ev(src[0]), self.ev(src[1])
+      assert 0 <= i < len(buf), f"store out of bounds: {i} of {len(buf)}"
+      buf[i] = v
+      return None
+    if op is Ops.END:
+      r = src[1]
+      for v in range(int(self.ev(r.src[0]))):
+        self.env[r] = v
+        self.ev(src[0])
+      del self.env[r]
+      return None
+    if op in (Ops.SINK, Ops.GROUP):
+      for s in src: self.ev(s)
+      return None
+    if op is Ops.CAST: return np.array(self.ev(src[0])).astype(np_dtype(u.dtype))
+    if op is Ops.BITCAST: return np.array(self.ev(src[0])).view(np_dtype(u.dtype))
+    if op is Ops.WHERE: return np.where(self.ev(src[0]), self.ev(src[1]), self.ev(src[2])).astype(np_dtype(u.dtype))
+    xs = [np.asarray(self.ev(s)) for s in src]
+    with np.errstate(all="ignore"):
+      return np.asarray((_UNARY[op] if op in _UNARY else _BINARY[op])(*xs)).astype(np_dtype(u.dtype))
+
+
+def run_kernels(prog, arrays: dict, variables: dict | None = None) -> dict:
+  """Run a KernelProgram: entry buffers from `arrays` (flattened views), intermediates zero-filled."""
+  variables = variables or {}
+  def size(b): return int(np.prod([d if isinstance(d, int) else variables[d.arg[0]] for d in b.shape]))
+  flat = {b.name: arrays[b.name].reshape(-1) if b.slot is not None else np.zeros(size(b), np_dtype(b.dtype)) for b in prog.buffers}
+  for call in prog.calls:
+    params = {u.arg[0]: u for u in call.sink.toposort() if u.op is Ops.PARAM}
+    memory = {params[slot].arg[1]: flat[name] for slot, name in enumerate(call.buffers)}
+    KernelInterpreter(memory, variables).ev(call.sink)
+  return arrays
+
+
+# ---- building tensor programs ------------------------------------------------------------------------------
+def param(slot, name, shape, dt=f32): return UOp(Ops.PARAM, dt, (UOp.shape_of(shape),), (slot, name))
+def const(v, dt=f32): return UOp.const(dt, v)
+def store(buf, val): return UOp(Ops.STORE, dtypes.void, (buf, val))
+def sink(*xs): return UOp(Ops.SINK, dtypes.void, xs)
+def reshape(x, shape): return UOp(Ops.RESHAPE, x.dtype, (x, UOp.shape_of(shape)))
+def expand(x, shape): return UOp(Ops.EXPAND, x.dtype, (x, UOp.shape_of(shape)))
+def pad(x, offs, shape): return UOp(Ops.PAD, x.dtype, (x, UOp.shape_of(offs), UOp.shape_of(shape)))
+def shrink(x, offs, shape): return UOp(Ops.SHRINK, x.dtype, (x, UOp.shape_of(offs), UOp.shape_of(shape)))
+def permute(x, order): return UOp(Ops.PERMUTE, x.dtype, (x,), tuple(order))
+def flip(x, flags): return UOp(Ops.FLIP, x.dtype, (x,), tuple(flags))
+def reduce(x, op, axes): return UOp(Ops.REDUCE, x.dtype, (x,), (op, tuple(axes)))
+def exp(x): return x.alu(Ops.MUL, const(1.4426950408889634)).alu(Ops.EXP2)
+
+
+def softmax_program(n, m):
+  x, out = param(0, "x", (n, m)), param(1, "out", (n, m))
+  mx = expand(reduce(x, Ops.MAX, (1,)), (n, m))
+  e = exp(x.alu(Ops.SUB, mx))
+  s = expand(reduce(e, Ops.ADD, (1,)), (n, m))
+  return sink(store(out, e.alu(Ops.DIV, s)))
+
+
+def gemm_program(m, k, n):
+  a, b, c = param(0, "a", (m, k)), param(1, "b", (k, n)), param(2, "c", (m, n))
+  prod = expand(reshape(a, (m, k, 1)), (m, k, n)).alu(Ops.MUL, expand(reshape(b, (1, k, n)), (m, k, n)))
+  return sink(store(c, reshape(reduce(prod, Ops.ADD, (1,)), (m, n))))
+
+
+def prefix_sum_program(n, dt=i32):
+  t, out = param(0, "t", (n,), dt), param(1, "out", (n,), dt)
+  x = pad(t, (n - 1,), (2 * n - 1,))
+  x = expand(reshape(x, (1, 2 * n - 1)), (n + 1, 2 * n - 1))
+  x = shrink(reshape(x, ((n + 1) * (2 * n - 1),)), (0,), (2 * n * n,))
+  x = shrink(reshape(x, (n, 2 * n)), (0, 0), (n, n))
+  return sink(store(out, reshape(reduce(x, Ops.ADD, (1,)), (n,))))
+
+
+def inputs_for(prog_sink, rng, variables=None):
+  """Random inputs for every PARAM that is read, zeros for those only written."""
+  written = {u.src[0] for u in prog_sink.toposort() if u.op is Ops.STORE}
+  out = {}
+  for p in (u for u in prog_sink.toposort() if u.op is Ops.PARAM):
+    shape = tuple(d if isinstance(d, int) else variables[d.arg[0]] for d in p.shape)
+    dt = np_dtype(p.dtype)
+    out[p.arg[1]] = np.zeros(shape, dt) if p in written else (rng.standard_normal(shape).astype(dt) if p.dtype.is_float() else rng.integers(-5, 6, shape).astype(dt))
+  return out
+
+
+def check(prog_sink, variables=None, seed=0):
+  rng = np.random.default_rng(seed)
+  arrays = inputs_for(prog_sink, rng, variables)
+  want = run_func(prog_sink, {k: v.copy() for k, v in arrays.items()}, variables)
+  prog = rangeify(prog_sink)
+  got = run_kernels(prog, {k: v.copy() for k, v in arrays.items()}, variables)
+  for name in want:
+    if np.issubdtype(want[name].dtype, np.floating): np.testing.assert_allclose(got[name], want[name], rtol=1e-5, atol=1e-6)
+    else: np.testing.assert_array_equal(got[name], want[name])
+  return prog
+
+
+# ---- tests -------------------------------------------------------------------------------------------------
+@pytest.mark.parametrize("shape", [(4, 8), (3, 5), (1, 7), (6, 1)])
+def test_elementwise_chain_is_one_kernel(shape):
+  x, y, out = param(0, "x", shape), param(1, "y", shape), param(2, "out", shape)
+  v = x.alu(Ops.MUL, y).alu(Ops.ADD, const(1.0)).alu(Ops.MAX, const(0.0)).alu(Ops.SUB, y.alu(Ops.MUL, const(0.5)))
+  prog = check(sink(store(out, v)))
+  assert len(prog.calls) == 1 and not prog.intermediates
+
+
+def test_broadcast_scalar_and_row():
+  x, row, out = param(0, "x", (3, 4)), param(1, "row", (4,)), param(2, "out", (3, 4))
+  assert len(check(sink(store(out, x.alu(Ops.ADD, row).alu(Ops.MUL, const(2.0)))) ).calls) == 1
+
+
+@pytest.mark.parametrize("n,m", [(4, 8), (3, 5), (1, 1), (2, 9)])
+def test_softmax_is_at_most_three_kernels(n, m):
+  prog = check(softmax_program(n, m))
+  assert len(prog.calls) <= 3
+
+
+@pytest.mark.parametrize("mkn", [(2, 3, 4), (5, 1, 3), (1, 7, 1), (4, 4, 4)])
+def test_gemm_is_one_kernel(mkn):
+  prog = check(gemm_program(*mkn))
+  assert len(prog.calls) == 1
+  ranges = [u for u in prog.calls[0].sink.toposort() if u.op is Ops.RANGE]
+  assert sum(r.arg[1] is AxisType.REDUCE for r in ranges) == (mkn[1] > 1)
+
+
+@pytest.mark.parametrize("n", [1, 2, 5, 8])
+def test_prefix_sum(n):
+  assert len(check(prefix_sum_program(n)).calls) == 1
+
+
+def test_movement_ops():
+  x, out = param(0, "x", (3, 4, 2)), param(1, "out", (5, 3, 4))
+  v = permute(x, (2, 0, 1))                                   # (2, 3, 4)
+  v = flip(v, (True, False, True))
+  v = pad(v, (1, 0, 1), (4, 3, 6))
+  v = shrink(v, (0, 0, 1), (4, 3, 4))
+  v = reshape(v, (4, 12))
+  v = pad(v, (1, 0), (5, 12))
+  check(sink(store(out, reshape(v, (5, 3, 4)))))
+
+
+def test_pad_then_elementwise_fills_zero_before_the_op():
+  x, out = param(0, "x", (3,)), param(1, "out", (5,))
+  check(sink(store(out, exp(pad(x, (1,), (5,))))))
+
+
+def test_reduce_feeding_reduce_and_full_reduce():
+  x, out, tot = param(0, "x", (3, 4, 5)), param(1, "out", (3, 1, 1)), param(2, "tot", (1,))
+  inner = reduce(x, Ops.ADD, (2,))
+  prog = check(sink(store(out, reduce(inner, Ops.MAX, (1,))), store(tot, reshape(reduce(x, Ops.MUL, (0, 1, 2)), (1,)))))
+  assert len(prog.calls) == 2
+
+
+def test_reduce_read_twice_is_realized_once():
+  x, o1, o2 = param(0, "x", (4, 6)), param(1, "o1", (4, 1)), param(2, "o2", (4, 1))
+  s = reduce(x, Ops.ADD, (1,))
+  prog = check(sink(store(o1, s.alu(Ops.MUL, const(2.0))), store(o2, s.alu(Ops.ADD, const(1.0)))))
+  assert len(prog.calls) == 3 and len(prog.intermediates) == 1
+
+
+def test_contiguous_forces_a_buffer():
+  x, out = param(0, "x", (4,)), param(1, "out", (4,))
+  c = UOp(Ops.CONTIGUOUS, f32, (x.alu(Ops.ADD, const(1.0)),))
+  prog = check(sink(store(out, c.alu(Ops.MUL, c))))
+  assert len(prog.calls) == 2 and len(prog.intermediates) == 1
+
+
+def test_stack_and_gather():
+  a, b, idx, out = param(0, "a", (4,)), param(1, "b", (4,)), param(2, "idx", (3,), i32), param(3, "out", (3, 2))
+  st = UOp(Ops.STACK, f32, (a, b))                    # (2, 4)
+  g = UOp(Ops.INDEX, f32, (permute(st, (1, 0)), idx))  # (3, 2)
+  rng = np.random.default_rng(1)
+  prog_sink = sink(store(out, g))
+  arrays = {"a": rng.standard_normal(4).astype(np.float32), "b": rng.standard_normal(4).astype(np.float32),
+            "idx": np.array([3, 0, 2], np.int32), "out": np.zeros((3, 2), np.float32)}
+  want = run_func(prog_sink, {k: v.copy() for k, v in arrays.items()})
+  got = run_kernels(rangeify(prog_sink), {k: v.copy() for k, v in arrays.items()})
+  np.testing.assert_allclose(got["out"], want["out"])
+
+
+def test_symbolic_size_stays_a_variable():
+  n = UOp(Ops.DEFINE_VAR, dtypes.index, (), ("n", 1, 16))
+  x, out = param(0, "x", (n, 3)), param(1, "out", (n, 1))
+  prog = check(sink(store(out, reduce(x.alu(Ops.MUL, x), Ops.ADD, (1,)))), variables={"n": 5})
+  assert prog.variables == (n,)

@@ -1,0 +1,377 @@
+"""Rangeify (seed 000): split a tensor program into kernels and lower each kernel to shape `()`.
+
+1. Kernel split. Every tensor-level STORE is a kernel writing its target. Other values are computed
+   inside the kernel that reads them (elementwise chains and movement ops fuse into their consumer),
+   except those *realized* into an intermediate buffer: a CONTIGUOUS or a tensor-level LOAD (they
+   ask for memory), and a REDUCE that is read more than once per element of its value: by several
+   consumers, or through a broadcast (an EXPAND, an elementwise op with a smaller operand, a gather).
+   Recomputing such a REDUCE inside its consumer would repeat the whole reduction per read: softmax
+   becomes max -> buffer, exp-sum -> buffer, division -> output (3 kernels).
+2. Lowering. A kernel loops over its output with one `RANGE(.., LOOP)` per dim of size > 1 and
+   asks for its value at that index: each op maps an output index to its sources' indices (the
+   movement ops become index arithmetic, PAD a validity mask that gates the loads and selects the
+   fill 0), down to LOADs of the buffers. A REDUCE computed inline becomes an accumulator: a REG
+   BUFFER of one element, its init STORE (placed inside the loops its value depends on, through
+   AFTER on those RANGEs), `RANGE(.., REDUCE)` loops over the reduced axes with the update STORE, END,
+   and a LOAD after the END.
+
+The result is a `KernelProgram`: kernel-level SINKs in run order, each with the program buffer
+bound to each of its pointer PARAMs; the memory plan (`uopc.stages.plan`) places the intermediates.
+Symbolic sizes (DEFINE_VAR in shapes) stay symbolic: loop bounds and strides use the variables,
+which become run-time arguments of the kernels.
+"""
+from __future__ import annotations
+
+from collections import Counter
+from dataclasses import dataclass
+from math import prod
+
+from uopc.diagnostics import CompileError, error
+from uopc.dtype import AddrSpace, DType, dtypes
+from uopc.ops import AxisType, GroupOp, Ops
+from uopc.symbolic import simplify
+from uopc.uop import UOp, shape_values, sint
+
+# ---- the result ------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class BufferInfo:
+  """A buffer of the program: an entry argument (`slot` set) or an intermediate (`slot` None)."""
+  name: str
+  dtype: DType
+  shape: tuple[sint, ...]
+  slot: int | None = None
+
+
+@dataclass(frozen=True)
+class KernelCall:
+  """One kernel run: its kernel-level SINK and, per pointer PARAM slot, the program buffer it gets."""
+  sink: UOp
+  buffers: tuple[str, ...]
+
+
+@dataclass(frozen=True)
+class KernelProgram:
+  calls: tuple[KernelCall, ...]
+  buffers: tuple[BufferInfo, ...]
+  variables: tuple[UOp, ...]  # the DEFINE_VARs: run-time sizes, passed to every kernel that uses them
+
+  def buffer(self, name: str) -> BufferInfo: return next(b for b in self.buffers if b.name == name)
+  @property
+  def intermediates(self) -> tuple[BufferInfo, ...]: return tuple(b for b in self.buffers if b.slot is None)
+
+
+# ---- index arithmetic (built plainly; `symbolic.simplify` folds each finished kernel) ---------------
+
+
+def _idx(x: sint) -> UOp: return x if isinstance(x, UOp) else UOp.const(dtypes.index, x)
+def _add(a: UOp, b: UOp) -> UOp: return UOp(Ops.ADD, dtypes.index, (a, b))
+def _mul(a: UOp, b: UOp) -> UOp: return UOp(Ops.MUL, dtypes.index, (a, b))
+def _div(a: UOp, b: UOp) -> UOp: return UOp(Ops.IDIV, dtypes.index, (a, b))
+def _mod(a: UOp, b: UOp) -> UOp: return UOp(Ops.MOD, dtypes.index, (a, b))
+def _lt(a: UOp, b: UOp) -> UOp: return UOp(Ops.CMPLT, dtypes.bool, (a, b))
+
+
+def _and(a: UOp | None, b: UOp | None) -> UOp | None:
+  if a is None or b is None: return b if a is None else a
+  return UOp(Ops.AND, dtypes.bool, (a, b))
+
+
+def _flat(idx: tuple[UOp, ...], shape: tuple[sint, ...]) -> UOp:
+  """Row-major offset of `idx` in a buffer of `shape`."""
+  off, stride = _idx(0), _idx(1)
+  for i, d in zip(reversed(idx), reversed(shape)):
+    off, stride = _add(off, _mul(i, stride)), _mul(stride, _idx(d))
+  return off
+
+
+def _size_key(dims: tuple[sint, ...]) -> tuple:
+  """A comparable product of dims: the known factors multiplied, the symbolic ones counted."""
+  return (prod(d for d in dims if isinstance(d, int)), Counter(d for d in dims if isinstance(d, UOp)))
+
+
+def _reshape_groups(src: tuple[sint, ...], dst: tuple[sint, ...]) -> list[tuple[list[int], list[int]]]:
+  """Pair runs of source and destination axes (size-1 axes left out) with equal products."""
+  si = [i for i, d in enumerate(src) if d != 1]
+  di = [j for j, d in enumerate(dst) if d != 1]
+  groups: list[tuple[list[int], list[int]]] = []
+  while si and di:
+    gs, gd = [si.pop(0)], [di.pop(0)]
+    while _size_key(tuple(src[i] for i in gs)) != _size_key(tuple(dst[j] for j in gd)):
+      ps, pd = (_size_key(tuple(src[i] for i in gs)), _size_key(tuple(dst[j] for j in gd)))
+      if ps[1] or pd[1]:  # symbolic sizes that do not pair up: one group for the rest
+        gs, gd = gs + si, gd + di
+        si, di = [], []
+        break
+      if ps[0] < pd[0] and si: gs.append(si.pop(0))
+      elif di: gd.append(di.pop(0))
+      else: gs.append(si.pop(0))
+    groups.append((gs, gd))
+  if si or di: groups.append((si, di))
+  return groups
+
+
+def _reshape_index(idx: tuple[UOp, ...], src: tuple[sint, ...], dst: tuple[sint, ...]) -> tuple[UOp, ...]:
+  """The source index of a RESHAPE from `src` to `dst`, read at destination index `idx`."""
+  out = [_idx(0)] * len(src)
+  for gs, gd in _reshape_groups(src, dst):
+    if len(gs) == 1 and len(gd) == 1:
+      out[gs[0]] = idx[gd[0]]
+      continue
+    linear = _flat(tuple(idx[j] for j in gd), tuple(dst[j] for j in gd))
+    for n, i in enumerate(gs):
+      inner = _idx(1)
+      for k in gs[n + 1:]: inner = _mul(inner, _idx(src[k]))
+      v = _div(linear, inner)
+      out[i] = v if n == 0 else _mod(v, _idx(src[i]))
+  return tuple(out)
+
+
+def _broadcast_index(idx: tuple[UOp, ...], src: tuple[sint, ...], dst: tuple[sint, ...]) -> tuple[UOp, ...]:
+  """Index of a right-aligned broadcast operand: leading axes dropped, size-1 axes read at 0."""
+  tail = idx[len(idx) - len(src):] if src else ()
+  return tuple(_idx(0) if s == 1 and d != 1 else i for i, s, d in zip(tail, src, dst[len(dst) - len(src):]))
+
+
+# ---- which values get their own buffer ----------------------------------------------------------------
+
+
+def _data_srcs(u: UOp) -> tuple[UOp, ...]:
+  """The sources whose values `u` reads (not its shape operands, nor the target of a STORE)."""
+  if u.op in GroupOp.Buffers or u.op in (Ops.CONST, Ops.DEFINE_VAR): return ()
+  if u.op in (Ops.RESHAPE, Ops.EXPAND, Ops.PAD, Ops.SHRINK): return u.src[:1]
+  if u.op is Ops.STORE: return u.src[1:]
+  return u.src
+
+
+def _rereads(user: UOp, src: UOp) -> bool:
+  """Does `user` read an element of `src` more than once per element of its own value?"""
+  if user.op is Ops.INDEX: return True
+  if user.op is Ops.STORE: return src.shape != user.src[0].shape
+  if user.op is Ops.EXPAND or user.op in GroupOp.ALU or user.op in (Ops.CAST, Ops.BITCAST): return src.shape != user.shape
+  return False
+
+
+def _order(sink: UOp) -> list[UOp]:
+  """The data graph under `sink` (shape operands left out), sources before users."""
+  order, seen, stack = [], set(), [(sink, False)]
+  while stack:
+    u, expanded = stack.pop()
+    if expanded: order.append(u); continue  # noqa: E702
+    if u in seen: continue
+    seen.add(u)
+    stack.append((u, True))
+    stack.extend((s, False) for s in reversed(_data_srcs(u)) if s not in seen)
+  return order
+
+
+def _realized(order: list[UOp]) -> set[UOp]:
+  """The values that get an intermediate buffer (see the module docstring)."""
+  uses: dict[UOp, int] = {u: 0 for u in order}
+  reread: dict[UOp, bool] = {u: False for u in order}
+  stored: set[UOp] = set()  # values a STORE writes as they are
+  out: set[UOp] = set()
+  for u in reversed(order):  # users before their sources
+    if u.op is Ops.STORE and len(u.src) == 2 and u.src[1].shape == u.src[0].shape: stored.add(u.src[1])
+    forced = u.op in (Ops.CONTIGUOUS, Ops.LOAD) or u.op is Ops.REDUCE and (uses[u] > 1 or reread[u])
+    if forced and not (u in stored and uses[u] == 1): out.add(u)
+    own_uses, own_reread = (1, False) if forced or u.op is Ops.STORE else (uses[u], reread[u])
+    for s in _data_srcs(u):
+      uses[s] = min(2, uses[s] + own_uses)
+      reread[s] = reread[s] or own_reread or _rereads(u, s)
+  return out
+
+
+# ---- lowering one kernel ------------------------------------------------------------------------------
+
+_IDENTITY = {Ops.ADD: 0, Ops.MUL: 1}
+
+
+def _identity(op: Ops, dt: DType):
+  if op is Ops.MAX: return -float("inf") if dt.is_float() else dt.min
+  v = _IDENTITY[op]
+  return float(v) if dt.is_float() else bool(v) if dt.is_bool() else v
+
+
+class _Kernel:
+  """Builds one kernel: its pointer PARAMs (slot order = first use, the output first), RANGE axes,
+  accumulators, and the memoized lowering of tensor values at an index."""
+
+  def __init__(self, program: "_Rangeify"):
+    self.program = program
+    self.buffers: list[str] = []
+    self.ptrs: dict[str, UOp] = {}
+    self.n_axes = 0
+    self.n_regs = 0
+    self.memo: dict[tuple, UOp] = {}
+
+  def ptr(self, buf: BufferInfo) -> UOp:
+    if buf.name not in self.ptrs:
+      self.ptrs[buf.name] = UOp(Ops.PARAM, buf.dtype.ptr(), (), (len(self.buffers), buf.name))
+      self.buffers.append(buf.name)
+    return self.ptrs[buf.name]
+
+  def new_range(self, bound: sint, kind: AxisType) -> UOp:
+    self.n_axes += 1
+    return UOp(Ops.RANGE, dtypes.index, (_idx(bound),), (self.n_axes - 1, kind))
+
+  def loop_index(self, shape: tuple[sint, ...]) -> tuple[UOp, ...]:
+    return tuple(_idx(0) if d == 1 else self.new_range(d, AxisType.LOOP) for d in shape)
+
+  def load(self, buf: BufferInfo, idx: tuple[UOp, ...], valid: UOp | None) -> UOp:
+    at = UOp(Ops.INDEX, self.ptr(buf).dtype, (self.ptr(buf), _flat(idx, buf.shape)))
+    if valid is None: return UOp(Ops.LOAD, buf.dtype, (at,))
+    return UOp(Ops.LOAD, buf.dtype, (at, UOp.const(buf.dtype, _identity(Ops.ADD, buf.dtype)), valid))
+
+  def lower(self, u: UOp, idx: tuple[UOp, ...], valid: UOp | None) -> UOp:
+    """The scalar value of tensor `u` at `idx` (loads gated by `valid`), reading realized values."""
+    if (buf := self.program.buffer_of.get(u)) is not None: return self.load(buf, idx, valid)
+    return self.define(u, idx, valid)
+
+  def define(self, u: UOp, idx: tuple[UOp, ...], valid: UOp | None) -> UOp:
+    """Like `lower`, but computes `u` itself even when it is realized (the kernel that writes it)."""
+    key = (u, idx, valid)
+    if key not in self.memo: self.memo[key] = self._define(u, idx, valid)
+    return self.memo[key]
+
+  def _define(self, u: UOp, idx: tuple[UOp, ...], valid: UOp | None) -> UOp:
+    op, src = u.op, u.src
+    if op in (Ops.CONST, Ops.DEFINE_VAR): return u
+    if op in GroupOp.ALU or op in (Ops.CAST, Ops.BITCAST):
+      if op is Ops.BITCAST and u.dtype.itemsize != src[0].dtype.itemsize:
+        raise CompileError([error(None, f"BITCAST between sizes ({src[0].dtype} to {u.dtype}) is not supported in tensor programs")])
+      return u.replace(src=tuple(self.lower(s, _broadcast_index(idx, s.shape, u.shape), valid) for s in src))
+    if op in GroupOp.Markers or op in (Ops.AFTER, Ops.LOAD): return self.lower(src[0], idx, valid)
+    if op is Ops.REDUCE: return self.reduce(u, idx, valid)
+    if op is Ops.PAD: return self.pad(u, idx, valid)
+    if op is Ops.STACK: return self.stack(u, idx, valid)
+    if op is Ops.INDEX: return self.gather(u, idx, valid)
+    if op in GroupOp.Movement: return self.lower(src[0], self.move(u, idx), valid)
+    raise CompileError([error(None, f"Rangeify cannot lower {op.name} in a tensor program")])
+
+  def move(self, u: UOp, idx: tuple[UOp, ...]) -> tuple[UOp, ...]:
+    """The source index of a movement op (other than PAD) read at `idx`."""
+    op, s0 = u.op, u.src[0].shape
+    if op is Ops.RESHAPE: return _reshape_index(idx, s0, u.shape)
+    if op is Ops.EXPAND: return _broadcast_index(idx, s0, u.shape)
+    if op is Ops.PERMUTE:
+      out = [idx[0]] * len(idx)
+      for j, a in enumerate(u.arg): out[a] = idx[j]
+      return tuple(out)
+    if op is Ops.SHRINK: return tuple(_add(i, _idx(o)) for i, o in zip(idx, shape_values(u.src[1])))
+    # FLIP
+    return tuple(_add(_idx(n - 1) if isinstance(n, int) else _add(n, _idx(-1)), _mul(i, _idx(-1))) if f else i
+                 for i, n, f in zip(idx, s0, u.arg))
+
+  def pad(self, u: UOp, idx: tuple[UOp, ...], valid: UOp | None) -> UOp:
+    inner, inside = [], None
+    for i, o, n, d in zip(idx, shape_values(u.src[1]), u.src[0].shape, u.shape):
+      inner.append(_add(i, _mul(_idx(o), _idx(-1))))
+      if not (isinstance(o, int) and o == 0): inside = _and(inside, _lt(_add(_idx(o), _idx(-1)), i))
+      if not all(isinstance(x, int) for x in (o, n, d)) or o + n != d: inside = _and(inside, _lt(i, _add(_idx(o), _idx(n))))
+    if inside is None: return self.lower(u.src[0], tuple(inner), valid)
+    value = self.lower(u.src[0], tuple(inner), _and(valid, inside))
+    if value.op is Ops.LOAD and len(value.src) == 3 and value.src[2] is _and(valid, inside): return value
+    return UOp(Ops.WHERE, u.dtype, (inside, value, UOp.const(u.dtype, _identity(Ops.ADD, u.dtype))))
+
+  def stack(self, u: UOp, idx: tuple[UOp, ...], valid: UOp | None) -> UOp:
+    """A new leading axis: choose among the stacked values by the first index."""
+    value = self.lower(u.src[-1], idx[1:], valid)
+    for k in range(len(u.src) - 2, -1, -1):
+      value = UOp(Ops.WHERE, u.dtype, (_lt(idx[0], _idx(k + 1)), self.lower(u.src[k], idx[1:], valid), value))
+    return value
+
+  def gather(self, u: UOp, idx: tuple[UOp, ...], valid: UOp | None) -> UOp:
+    """Tensor INDEX: a ()-shaped index picks one element of its axis, a (k,)-shaped one makes an axis."""
+    pos, base_idx = 0, []
+    for i in u.src[1:]:
+      at = () if i.shape == () else (idx[pos],)
+      pos += len(at)
+      v = self.lower(i, at, valid)
+      base_idx.append(v if v.dtype == dtypes.index else UOp(Ops.CAST, dtypes.index, (v,)))
+    return self.lower(u.src[0], tuple(base_idx) + idx[pos:], valid)
+
+  def reduce(self, u: UOp, idx: tuple[UOp, ...], valid: UOp | None) -> UOp:
+    red, axes = u.arg
+    src, dt = u.src[0], u.dtype
+    inner = list(idx)
+    ranges = []
+    for a in axes:
+      if src.shape[a] == 1: continue
+      inner[a] = self.new_range(src.shape[a], AxisType.REDUCE)
+      ranges.append(inner[a])
+    if not ranges: return self.lower(src, tuple(inner), valid)
+    acc = UOp(Ops.BUFFER, dt.ptr(AddrSpace.REG, 1), (), (self.n_regs, f"acc{self.n_regs}"))
+    self.n_regs += 1
+    zero = _idx(0)
+    outer = tuple(r for r in UOp(Ops.SINK, dtypes.void, idx + ((valid,) if valid is not None else ())).toposort()
+                  if r.op is Ops.RANGE)
+    init = UOp(Ops.STORE, dtypes.void, (UOp(Ops.INDEX, acc.dtype, (UOp(Ops.AFTER, acc.dtype, (acc,) + outer) if outer else acc, zero)),
+                                        UOp.const(dt, _identity(red, dt))))
+    current = UOp(Ops.LOAD, dt, (UOp(Ops.INDEX, acc.dtype, (UOp(Ops.AFTER, acc.dtype, (acc, init) + tuple(ranges)), zero)),))
+    value = self.lower(src, tuple(inner), valid)
+    body = UOp(Ops.STORE, dtypes.void, (UOp(Ops.INDEX, acc.dtype, (acc, zero)), UOp(red, dt, (current, value))))
+    for r in reversed(ranges): body = UOp(Ops.END, dtypes.void, (body, r))
+    return UOp(Ops.LOAD, dt, (UOp(Ops.INDEX, acc.dtype, (UOp(Ops.AFTER, acc.dtype, (acc, body)), zero)),))
+
+
+# ---- the program --------------------------------------------------------------------------------------
+
+
+def _strip_after(u: UOp) -> UOp:
+  while u.op is Ops.AFTER: u = u.src[0]
+  return u
+
+
+class _Rangeify:
+  def __init__(self, sink: UOp):
+    self.buffers: dict[str, BufferInfo] = {}
+    self.buffer_of: dict[UOp, BufferInfo] = {}
+    self.calls: list[KernelCall] = []
+    order = _order(sink)
+    for u in sink.toposort():
+      if u.op in GroupOp.Buffers: self.buffer_of[u] = self.declare(u.arg[1], u.dtype, u.shape, u.arg[0] if u.op is Ops.PARAM else None)
+    realized = _realized(order)
+    for u in order:
+      if u.op is Ops.STORE: self.store_kernel(u)
+      elif u in realized:
+        buf = self.declare(self.fresh_name(), u.dtype, u.shape, None)
+        self.kernel(buf, u, None, realize=True)
+        self.buffer_of[u] = buf
+    self.variables = tuple(sorted((u for u in sink.toposort() if u.op is Ops.DEFINE_VAR), key=lambda v: v.arg[0]))
+
+  def declare(self, name: str, dtype: DType, shape, slot: int | None) -> BufferInfo:
+    if name in self.buffers and self.buffers[name] != BufferInfo(name, dtype, shape, slot):
+      raise CompileError([error(None, f"two different buffers are named '{name}'")])
+    self.buffers[name] = BufferInfo(name, dtype, shape, slot)
+    return self.buffers[name]
+
+  def fresh_name(self) -> str:
+    n = len(self.buffers)
+    while f"tmp{n}" in self.buffers: n += 1
+    return f"tmp{n}"
+
+  def store_kernel(self, st: UOp) -> None:
+    target = _strip_after(st.src[0])
+    if target not in self.buffer_of:
+      raise CompileError([error(None, f"a tensor STORE must write a PARAM or BUFFER, not {target.op.name}")])
+    self.kernel(self.buffer_of[target], st.src[1], st.src[2] if len(st.src) > 2 else None)
+
+  def kernel(self, out: BufferInfo, value: UOp, gate: UOp | None, realize: bool = False) -> None:
+    """The kernel writing `value` into `out` (computing `value` itself when it is being realized)."""
+    k = _Kernel(self)
+    out_ptr = k.ptr(out)
+    idx = k.loop_index(out.shape)
+    v = (k.define if realize else k.lower)(value, _broadcast_index(idx, value.shape, out.shape), None)
+    srcs = (UOp(Ops.INDEX, out_ptr.dtype, (out_ptr, _flat(idx, out.shape))), v)
+    if gate is not None: srcs += (k.lower(gate, _broadcast_index(idx, gate.shape, out.shape), None),)
+    body = UOp(Ops.STORE, dtypes.void, srcs)
+    for r in reversed([i for i in idx if i.op is Ops.RANGE]): body = UOp(Ops.END, dtypes.void, (body, r))
+    self.calls.append(KernelCall(simplify(UOp(Ops.SINK, dtypes.void, (body,))), tuple(k.buffers)))
+
+
+def rangeify(sink: UOp) -> KernelProgram:
+  """Split a callified tensor program into kernels (see the module docstring)."""
+  r = _Rangeify(sink)
+  return KernelProgram(tuple(r.calls), tuple(r.buffers.values()), r.variables)
