@@ -1,0 +1,168 @@
+"""Legacy forms of seeds 001-003, normalised to modern IR while parsing (SPEC-NOTES.md).
+
+`RULES` maps a (prefix-stripped) op name to a rule `(builder, srcs, arg, dtype, loc) -> UOp | None`.
+A rule returns None when the statement is already in modern form; then the op is built as written
+(plain renames such as REDUCE_AXIS -> REDUCE come from `uopc.ops.OP_ALIASES`). Each rule builds
+through `builder.uop`, so every UOp it makes gets the statement's location.
+
+DEFINE_ACC (no modern twin): `DEFINE_ACC(init, ranges...) {(k,)} : T` becomes a pointer to a
+one-element REG buffer that holds `init` before anything reads it:
+`AFTER(INDEX(BUFFER {(k, "acck")} : ptr<T, reg, 1>, 0), STORE(INDEX(...), init))`. Read it with
+LOAD, update it with ASSIGN (STORE + AFTER). The ranges are not needed: the accumulator lives in
+a register for the whole kernel.
+"""
+from __future__ import annotations
+
+from typing import Any, Callable
+
+from uopc.diagnostics import Diagnostic, Loc, error
+from uopc.dtype import AddrSpace, DType, dtypes
+from uopc.ops import Ops
+
+Rule = Callable[..., Any]
+
+
+class StmtError(Exception):
+  """A statement that cannot be built; carries its diagnostic (raised by rules and the parser)."""
+  def __init__(self, diag: Diagnostic):
+    super().__init__(diag.message)
+    self.diag = diag
+
+
+def _fail(loc: Loc, message: str):
+  raise StmtError(error(loc, message))
+
+
+def _as_index(b, u, loc: Loc):
+  """An integer address or loop bound as an `index` value (old listings wrote them as int)."""
+  if u.dtype is dtypes.index: return u
+  if not u.dtype.is_int(): _fail(loc, f"expected an integer operand, got {u.dtype}")
+  if u.op is Ops.CONST: return b.uop(Ops.CONST, (), u.arg, dtypes.index, loc)
+  return b.uop(Ops.CAST, (u,), None, dtypes.index, loc)
+
+
+def _is_old_style_buffer(u) -> bool:
+  """A pointer buffer addressed without INDEX, as seeds 001/002 wrote LOAD and STORE."""
+  return u.dtype.is_ptr() and u.op in (Ops.PARAM, Ops.BUFFER)
+
+
+def _written_dtype(dtype: DType | None, op: str, loc: Loc) -> DType:
+  if dtype is None: _fail(loc, f"{op} needs a dtype: write ': dtype' after it")
+  return dtype
+
+
+def define_global(b, srcs, arg, dtype, loc):
+  """DEFINE_GLOBAL {(slot, name, mutable)} : T -> PARAM {(slot, name)} : ptr<T>."""
+  if srcs: _fail(loc, "DEFINE_GLOBAL takes no operands")
+  if isinstance(arg, int) and not isinstance(arg, bool): arg = (arg, f"data{arg}")
+  if not (isinstance(arg, tuple) and len(arg) in (2, 3) and isinstance(arg[0], int) and isinstance(arg[1], str)):
+    _fail(loc, "DEFINE_GLOBAL's argument is (slot, 'name', mutable)")
+  dt = _written_dtype(dtype, "DEFINE_GLOBAL", loc)
+  return b.uop(Ops.PARAM, (), arg[:2], dt if dt.is_ptr() else dt.ptr(), loc)
+
+
+def define_local(b, srcs, arg, dtype, loc):
+  """DEFINE_LOCAL {name} or {(name, size)} : T or ptr<T, local, N> -> BUFFER {(slot, name)} : ptr<T, local, N>."""
+  if srcs: _fail(loc, "DEFINE_LOCAL takes no operands")
+  dt = _written_dtype(dtype, "DEFINE_LOCAL", loc)
+  name, size = (arg, -1) if isinstance(arg, str) else arg if isinstance(arg, tuple) and len(arg) == 2 else (None, -1)
+  if not isinstance(name, str) or not isinstance(size, int): _fail(loc, "DEFINE_LOCAL's argument is 'name' or ('name', size)")
+  base = dt.base if dt.is_ptr() else dt
+  size = dt.size if dt.is_ptr() and dt.size >= 0 else size
+  if size < 0: _fail(loc, "DEFINE_LOCAL needs a size: write ptr<T, local, N> or the argument ('name', N)")
+  return b.uop(Ops.BUFFER, (), (b.count("local"), name), base.ptr(AddrSpace.LOCAL, size), loc)
+
+
+def define_acc(b, srcs, arg, dtype, loc):
+  """See the module docstring."""
+  if not srcs: _fail(loc, "DEFINE_ACC needs its initial value as first operand")
+  dt = dtype or srcs[0].dtype
+  k = arg[0] if isinstance(arg, tuple) and arg and isinstance(arg[0], int) else arg if isinstance(arg, int) else b.count("acc")
+  buf = b.uop(Ops.BUFFER, (), (k, f"acc{k}"), dt.ptr(AddrSpace.REG, 1), loc)
+  ptr = b.uop(Ops.INDEX, (buf, b.uop(Ops.CONST, (), 0, dtypes.index, loc)), None, None, loc)
+  return b.uop(Ops.AFTER, (ptr, b.uop(Ops.STORE, (ptr, srcs[0]), None, None, loc)), None, None, loc)
+
+
+def assign(b, srcs, arg, dtype, loc):
+  """ASSIGN(target, value) -> AFTER(target, STORE(target, value)); the STORE is a root until the AFTER is used."""
+  if len(srcs) != 2: _fail(loc, "ASSIGN takes (target, value)")
+  store = b.uop(Ops.STORE, srcs, None, None, loc)
+  b.add_void(store)
+  return b.uop(Ops.AFTER, (srcs[0], store), None, dtype, loc)
+
+
+def vconst(b, srcs, arg, dtype, loc):
+  """VCONST {(v0, v1, ...)} : T or Tx<n> -> STACK(CONST v0, CONST v1, ...) : Tx<n>."""
+  if srcs or not isinstance(arg, tuple) or len(arg) < 2: _fail(loc, "VCONST's argument is a tuple of two or more values")
+  scalar = dtype.scalar if dtype is not None else None
+  elems = tuple(b.uop(Ops.CONST, (), v, scalar, loc) for v in arg)
+  return b.uop(Ops.STACK, elems, None, elems[0].dtype.vec(len(elems)), loc)
+
+
+def alu(b, srcs, arg, dtype, loc):
+  """ALU {BinaryOps.X} -> X."""
+  if not isinstance(arg, Ops): _fail(loc, "ALU's argument is the op, e.g. BinaryOps.ADD")
+  return b.uop(arg, srcs, None, dtype, loc)
+
+
+def loop(b, srcs, arg, dtype, loc):
+  """LOOP(start, end) -> RANGE(end - start); a nonzero start is added back for the loop's users."""
+  if len(srcs) != 2: return None
+  start, end = (_as_index(b, s, loc) for s in srcs)
+  if start.op is Ops.CONST and end.op is Ops.CONST: bound = b.uop(Ops.CONST, (), end.arg - start.arg, dtypes.index, loc)
+  else: bound = b.uop(Ops.SUB, (end, start), None, None, loc)
+  rng = b.uop(Ops.RANGE, (bound,), arg, dtypes.index, loc)
+  if start.op is Ops.CONST and start.arg == 0: return rng
+  value = b.uop(Ops.ADD, (rng, start), None, None, loc)
+  b.loops[value] = rng
+  return value
+
+
+def endloop(b, srcs, arg, dtype, loc):
+  """ENDLOOP(loop) -> END(body, range), body the void statements written inside the loop."""
+  if len(srcs) != 1: return None
+  rng = b.loops.get(srcs[0], srcs[0])
+  if rng.op is not Ops.RANGE: _fail(loc, "ENDLOOP closes a LOOP or RANGE")
+  body = b.take_body(b.range_starts.get(rng, 0))
+  group = body[0] if len(body) == 1 else b.uop(Ops.GROUP, tuple(body), None, None, loc)
+  return b.uop(Ops.END, (group, rng), None, None, loc)
+
+
+def load(b, srcs, arg, dtype, loc):
+  """Old-style LOAD(buf, idx) -> LOAD(INDEX(buf, idx))."""
+  if len(srcs) != 2 or not _is_old_style_buffer(srcs[0]) or not srcs[1].dtype.is_int(): return None
+  ptr = b.uop(Ops.INDEX, (srcs[0], _as_index(b, srcs[1], loc)), None, None, loc)
+  return b.uop(Ops.LOAD, (ptr,), arg, dtype, loc)
+
+
+def store(b, srcs, arg, dtype, loc):
+  """Old-style STORE(buf, idx, val[, gate]) -> STORE(INDEX(buf, idx), val[, gate])."""
+  if len(srcs) not in (3, 4) or not _is_old_style_buffer(srcs[0]) or not srcs[1].dtype.is_int(): return None
+  ptr = b.uop(Ops.INDEX, (srcs[0], _as_index(b, srcs[1], loc)), None, None, loc)
+  return b.uop(Ops.STORE, (ptr,) + srcs[2:], arg, dtype, loc)
+
+
+def special(b, srcs, arg, dtype, loc):
+  """SPECIAL {(axis, name, bound)} -> SPECIAL(bound) {name} : index."""
+  if not isinstance(arg, tuple): return None
+  if srcs or len(arg) != 3 or not isinstance(arg[1], str) or not isinstance(arg[2], int):
+    _fail(loc, "SPECIAL's legacy argument is (axis, 'name', bound)")
+  bound = b.uop(Ops.CONST, (), arg[2], dtypes.index, loc)
+  return b.uop(Ops.SPECIAL, (bound,), arg[1], dtypes.index, loc)
+
+
+def cast_with_dtype_arg(op: Ops) -> Rule:
+  """CAST {dtypes.float} (seed 002) -> CAST : f32 with arg None."""
+  def rule(b, srcs, arg, dtype, loc):
+    if not isinstance(arg, DType): return None
+    if dtype is not None and dtype is not arg: _fail(loc, f"{op.name} to {arg} but written ': {dtype}'")
+    return b.uop(op, srcs, None, arg, loc)
+  return rule
+
+
+RULES: dict[str, Rule] = {
+  "DEFINE_GLOBAL": define_global, "DEFINE_LOCAL": define_local, "DEFINE_ACC": define_acc, "ASSIGN": assign,
+  "VCONST": vconst, "ALU": alu, "LOOP": loop, "RANGE": loop, "ENDLOOP": endloop, "ENDRANGE": endloop,
+  "END": endloop, "LOAD": load, "STORE": store, "SPECIAL": special,
+  "CAST": cast_with_dtype_arg(Ops.CAST), "BITCAST": cast_with_dtype_arg(Ops.BITCAST),
+}
