@@ -1,0 +1,150 @@
+"""The C prelude: includes, types and helpers emitted once at the top of every generated C file.
+
+Generated from tables so that every scalar dtype gets the same helpers; the text is fixed (no input
+depends on it), so two builds give the same file.
+"""
+from __future__ import annotations
+
+from uopc.dtype import INTS, DType, dtypes
+
+# C spelling of each scalar dtype. float16/bfloat16 values are carried as their 16 bits and
+# converted to float for arithmetic; bool vectors use uint8_t lanes holding 0 or 1.
+C_SCALAR: dict[DType, str] = {
+  dtypes.bool: "bool", dtypes.int8: "int8_t", dtypes.int16: "int16_t", dtypes.int32: "int32_t",
+  dtypes.int64: "int64_t", dtypes.uint8: "uint8_t", dtypes.uint16: "uint16_t", dtypes.uint32: "uint32_t",
+  dtypes.uint64: "uint64_t", dtypes.float16: "uopc_half", dtypes.bfloat16: "uopc_bfloat16",
+  dtypes.float32: "float", dtypes.float64: "double", dtypes.index: "int64_t",
+}
+VECTOR_LANES = (2, 4, 8, 16, 32)  # vector_size needs a power of two; other counts use the next one up
+
+
+def vector_type_name(scalar: DType, lanes: int) -> str:
+  return f"uopc_{'int64' if scalar is dtypes.index else scalar.name}x{lanes}"
+
+
+def _lane_type(scalar: DType) -> str:
+  return "uint8_t" if scalar is dtypes.bool else "uint16_t" if scalar.itemsize == 2 and scalar.is_float() else C_SCALAR[scalar]
+
+
+def _vector_typedefs() -> str:
+  scalars = [d for d in C_SCALAR if d is not dtypes.index]
+  return "\n".join(f"typedef {_lane_type(d)} {vector_type_name(d, n)} __attribute__((vector_size({n * d.itemsize})));"
+                   for d in scalars for n in VECTOR_LANES)
+
+
+def _int_division_helpers() -> str:
+  """Truncating IDIV/MOD (C's / and %, but INT_MIN / -1 wraps instead of trapping) and floor variants."""
+  out = []
+  for d in INTS:
+    t, name = C_SCALAR[d], d.name
+    if d.is_unsigned():
+      out += [f"UOPC_HELPER {t} uopc_idiv_{name}({t} a, {t} b) {{ return ({t})(a / b); }}",
+              f"UOPC_HELPER {t} uopc_mod_{name}({t} a, {t} b) {{ return ({t})(a % b); }}",
+              f"UOPC_HELPER {t} uopc_floordiv_{name}({t} a, {t} b) {{ return ({t})(a / b); }}",
+              f"UOPC_HELPER {t} uopc_floormod_{name}({t} a, {t} b) {{ return ({t})(a % b); }}"]
+      continue
+    u = "uint64_t" if d.itemsize == 8 else "uint32_t"
+    out += [
+      f"UOPC_HELPER {t} uopc_idiv_{name}({t} a, {t} b) {{ return b == -1 ? ({t})(({u})0 - ({u})a) : ({t})(a / b); }}",
+      f"UOPC_HELPER {t} uopc_mod_{name}({t} a, {t} b) {{ return b == -1 ? ({t})0 : ({t})(a % b); }}",
+      f"UOPC_HELPER {t} uopc_floordiv_{name}({t} a, {t} b) {{\n"
+      f"  {t} q = uopc_idiv_{name}(a, b);\n"
+      f"  return (uopc_mod_{name}(a, b) != 0 && ((a < 0) != (b < 0))) ? ({t})(({u})q - 1u) : q;\n}}",
+      f"UOPC_HELPER {t} uopc_floormod_{name}({t} a, {t} b) {{\n"
+      f"  {t} r = uopc_mod_{name}(a, b);\n"
+      f"  return (r != 0 && ((r < 0) != (b < 0))) ? ({t})(({u})r + ({u})b) : r;\n}}"]
+  return "\n".join(out)
+
+
+_CONVERSIONS = r"""
+/* helpers are unused in most files; the attribute keeps clang's -Wunused-function quiet */
+#define UOPC_HELPER static inline __attribute__((unused))
+
+/* float16 and bfloat16 values are their IEEE bits; arithmetic converts to float and rounds back once. */
+typedef uint16_t uopc_half;
+typedef uint16_t uopc_bfloat16;
+
+/* Round a double to a binary float with `mbits` mantissa and `ebits` exponent bits, to nearest even,
+   in integer arithmetic (no dependence on the FPU rounding mode); NaN stays NaN (quieted), the sign
+   of zero is kept, overflow gives infinity. */
+UOPC_HELPER uint16_t uopc_round_double(double x, int mbits, int ebits) {
+  uint64_t b;
+  memcpy(&b, &x, sizeof b);
+  uint16_t sign = (uint16_t)((b >> 63) << (mbits + ebits));
+  uint64_t a = b & 0x7FFFFFFFFFFFFFFFull;
+  uint16_t inf = (uint16_t)(((1u << ebits) - 1u) << mbits);
+  if (a > 0x7FF0000000000000ull)
+    return (uint16_t)(sign | inf | (1u << (mbits - 1)) | ((a >> (52 - mbits)) & ((1u << mbits) - 1u)));
+  int bias = (1 << (ebits - 1)) - 1;
+  int e = (int)(a >> 52) - 1023;
+  if (e > bias) return (uint16_t)(sign | inf);
+  uint64_t m = (a & 0xFFFFFFFFFFFFFull) | (e > -1023 ? 1ull << 52 : 0);
+  int subnormal = e < 1 - bias;
+  int shift = 52 - mbits + (subnormal ? 1 - bias - e : 0);
+  if (shift > 63) return sign;
+  uint64_t q = m >> shift, rem = m & ((1ull << shift) - 1u), half = 1ull << (shift - 1);
+  if (rem > half || (rem == half && (q & 1u))) q++;
+  uint64_t enc = subnormal ? q : ((uint64_t)(e + bias) << mbits) + q - (1ull << mbits);
+  return (uint16_t)(sign | (enc >= inf ? inf : (uint16_t)enc));
+}
+UOPC_HELPER uopc_half uopc_double_to_half(double x) { return uopc_round_double(x, 10, 5); }
+UOPC_HELPER uopc_bfloat16 uopc_double_to_bfloat16(double x) { return uopc_round_double(x, 7, 8); }
+
+UOPC_HELPER float uopc_half_to_float(uopc_half h) {
+  uint32_t sign = (uint32_t)(h & 0x8000u) << 16, e = (h >> 10) & 0x1Fu, m = h & 0x3FFu, bits;
+  if (e == 0) {
+    float f = (float)m * 0x1p-24f;  /* zero or subnormal: exact */
+    return sign ? -f : f;
+  }
+  bits = sign | (e == 0x1Fu ? 0x7F800000u | (m << 13) : ((e + 112u) << 23) | (m << 13));
+  float f;
+  memcpy(&f, &bits, sizeof f);
+  return f;
+}
+UOPC_HELPER float uopc_bfloat16_to_float(uopc_bfloat16 h) {
+  uint32_t bits = (uint32_t)h << 16;
+  float f;
+  memcpy(&f, &bits, sizeof f);
+  return f;
+}
+
+/* MAX of floats: NaN if either operand is NaN (fmax would drop the NaN). */
+UOPC_HELPER float uopc_maxf(float a, float b) { return (a != a || b != b) ? a + b : (a > b ? a : b); }
+UOPC_HELPER double uopc_max(double a, double b) { return (a != a || b != b) ? a + b : (a > b ? a : b); }
+
+/* Threefry-2x32, 20 rounds (SPEC-NOTES): the 32-bit halves of x and key are the two words. */
+UOPC_HELPER uint32_t uopc_rotl32(uint32_t v, int r) { return (v << r) | (v >> (32 - r)); }
+UOPC_HELPER uint64_t uopc_threefry2x32(uint64_t x, uint64_t key) {
+  static const int rot[2][4] = {{13, 15, 26, 6}, {17, 29, 16, 24}};
+  uint32_t k0 = (uint32_t)key, k1 = (uint32_t)(key >> 32);
+  uint32_t ks[3] = {k1, k0 ^ k1 ^ 0x1BD11BDAu, k0};
+  uint32_t x0 = (uint32_t)x + ks[2], x1 = (uint32_t)(x >> 32) + ks[0];
+  for (int i = 0; i < 5; i++) {
+    for (int j = 0; j < 4; j++) {
+      x0 += x1;
+      x1 = uopc_rotl32(x1, rot[i % 2][j]) ^ x0;
+    }
+    x0 += ks[i % 3];
+    x1 += ks[(i + 1) % 3] + (uint32_t)i + 1u;
+  }
+  return ((uint64_t)x1 << 32) | x0;
+}
+"""
+
+C_PRELUDE = "\n".join([
+  "/* Generated by uopc. C99 with the GCC/Clang vector extension __attribute__((vector_size)):",
+  "   compile with -std=c99 (or -std=gnu99 -ffp-contract=off) without -pedantic; link with -lm. */",
+  "#include <math.h>",
+  "#include <stdbool.h>",
+  "#include <stdint.h>",
+  "#include <string.h>",
+  "#if defined(__clang__)",
+  "#pragma STDC FP_CONTRACT OFF /* one rounding per op (GCC: -std=c99 or -ffp-contract=off) */",
+  "#endif",
+  _CONVERSIONS.strip(),
+  "",
+  _int_division_helpers(),
+  "",
+  _vector_typedefs(),
+  "",
+])

@@ -1,0 +1,386 @@
+"""Render a linearized kernel (a LINEAR UOp) to a C99 function `void NAME(params)`.
+
+Every value becomes one statement `T name = expr;` in instruction order, except constants, pointer
+arithmetic (INDEX) and AFTER, which are inlined. Values nothing live reads are not emitted, so the
+output compiles warning-free. Arithmetic follows SPEC-NOTES exactly:
+
+- integers: ADD/SUB/MUL/NEG/SHL in an unsigned type (wrap, no signed-overflow UB), IDIV/MOD
+  truncating via prelude helpers (INT_MIN / -1 wraps), SHR arithmetic on signed types;
+- floats: float16/bfloat16 are carried as their bits, computed in float and rounded once to
+  nearest even; MAX propagates NaN; CMPNE is true for NaN; CAST to bool is `x != 0`;
+- BITCAST through a union (no strict-aliasing UB); vectors are GCC/Clang vector_size types and
+  elementwise ops on them are computed lane by lane with the scalar rules;
+- SPECIAL (a GPU thread index) is a loop over its bound: a CPU has no grid.
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Any
+
+import ml_dtypes
+import numpy as np
+
+from uopc.diagnostics import CompileError, error
+from uopc.dtype import AddrSpace, DType, PtrDType, dtypes
+from uopc.ops import GroupOp, Ops
+from uopc.targets.c.prelude import C_PRELUDE, C_SCALAR, VECTOR_LANES, vector_type_name
+from uopc.uop import UOp
+
+__all__ = ["C_PRELUDE", "KernelParam", "RenderedKernel", "render_kernel"]
+
+
+@dataclass(frozen=True)
+class KernelParam:
+  """One argument of a rendered kernel. `slot`: the PARAM slot of a buffer; for a var, its position in
+  the C parameter list. `dtype`: the PtrDType of a buffer, the scalar dtype of a var. vmin/vmax: a var's
+  DEFINE_VAR range (None for buffers)."""
+  name: str
+  slot: int
+  kind: str  # "buffer" | "var"
+  dtype: DType
+  written: bool
+  vmin: Any = None
+  vmax: Any = None
+
+
+@dataclass(frozen=True)
+class RenderedKernel:
+  name: str
+  source: str
+  params: tuple[KernelParam, ...]
+
+
+def render_kernel(linear: UOp, name: str) -> RenderedKernel:
+  """The C definition of kernel `name` from its LINEAR (see uopc.stages.linearize)."""
+  if linear.op is not Ops.LINEAR: raise _fail(f"expected a LINEAR, got {linear.op.name}")
+  _check_identifier(name, "kernel name")
+  return _Renderer(linear.src, name).render()
+
+
+# ---- errors and names ----------------------------------------------------------------------------------
+def _fail(message: str) -> CompileError: return CompileError([error(None, f"C renderer: {message}")])
+
+
+_C_KEYWORDS = frozenset(
+  "auto break case char const continue default do double else enum extern float for goto if inline int long register "
+  "restrict return short signed sizeof static struct switch typedef union unsigned void volatile while _Bool _Complex "
+  "_Imaginary bool true false".split())
+
+
+def _check_identifier(name: Any, what: str) -> None:
+  if not isinstance(name, str) or not name.isidentifier() or not name.isascii() or name in _C_KEYWORDS \
+     or name.startswith("uopc_"):
+    raise _fail(f"{what} {name!r} is not usable as a C identifier")
+
+
+# ---- types ---------------------------------------------------------------------------------------------
+def _lanes(count: int) -> int:
+  for n in VECTOR_LANES:
+    if n >= count: return n
+  raise _fail(f"vectors of {count} lanes are wider than {VECTOR_LANES[-1]}")
+
+
+def ctype(dt: DType) -> str:
+  """The C type of a value of dtype `dt`."""
+  if isinstance(dt, PtrDType): return ctype(dt.base) + "*"
+  if dt.scalar not in C_SCALAR: raise _fail(f"dtype {dt} has no C type")
+  return C_SCALAR[dt] if dt.count == 1 else vector_type_name(dt.scalar, _lanes(dt.count))
+
+
+_HALF_NAMES = {dtypes.float16: "half", dtypes.bfloat16: "bfloat16"}  # as the prelude's helpers spell them
+_HALF_NUMPY = {dtypes.float16: np.float16, dtypes.bfloat16: ml_dtypes.bfloat16}
+
+
+def _wide_unsigned(dt: DType) -> str: return "uint64_t" if dt.itemsize == 8 else "uint32_t"
+def _is_half(dt: DType) -> bool: return dt in _HALF_NAMES
+
+
+def _to_compute(x: str, dt: DType) -> str:
+  """A float operand in its arithmetic type (float16/bfloat16 bits widen to float)."""
+  return f"uopc_{_HALF_NAMES[dt]}_to_float({x})" if _is_half(dt) else x
+
+
+def _from_compute(x: str, dt: DType) -> str:
+  """A float result in dtype `dt` (one round-to-nearest-even to 16 bits for float16/bfloat16)."""
+  return f"uopc_double_to_{_HALF_NAMES[dt]}({x})" if _is_half(dt) else x
+
+
+# ---- constants -----------------------------------------------------------------------------------------
+def render_const(value: Any, dt: DType) -> str:
+  """A C literal of exactly `value` in scalar dtype `dt` (floats as hex floats, so they round-trip)."""
+  if dt is dtypes.bool: return "1" if value else "0"
+  if dt.is_int(): return _int_literal(int(value), dt)
+  if _is_half(dt):
+    with np.errstate(over="ignore"): bits = int(np.array(value, _HALF_NUMPY[dt]).view(np.uint16))
+    return f"((uopc_{_HALF_NAMES[dt]})0x{bits:04X})"
+  if dt in (dtypes.float32, dtypes.float64):
+    suffix, cast = ("f", "") if dt is dtypes.float32 else ("", "(double)")
+    value = float(value)
+    if math.isnan(value): return f"({cast}NAN)" if cast else "NAN"
+    if math.isinf(value): return f"({'-' if value < 0 else ''}{cast}INFINITY)"
+    text = value.hex() + suffix
+    return f"({text})" if text.startswith("-") else text
+  raise _fail(f"cannot render a constant of dtype {dt}")
+
+
+def _int_literal(v: int, dt: DType) -> str:
+  lo, hi = dt.min, dt.max
+  if not lo <= v <= hi: raise _fail(f"constant {v} does not fit {dt}")
+  if dt.is_unsigned(): return f"{v}u" if dt.itemsize < 8 else f"UINT64_C({v})"
+  if v == lo: return f"({_int_literal(v + 1, dt)} - 1)"
+  text = f"INT64_C({v})" if dt.itemsize == 8 and not -2**31 <= v < 2**31 else str(v)
+  return f"({text})" if v < 0 else text
+
+
+# ---- scalar ALU ----------------------------------------------------------------------------------------
+_FLOAT_OPS = {
+  Ops.ADD: "({0}+{1})", Ops.SUB: "({0}-{1})", Ops.MUL: "({0}*{1})", Ops.DIV: "({0}/{1})", Ops.NEG: "(-{0})",
+  Ops.RECIP: "(1.0{f}/{0})", Ops.MULACC: "(({0}*{1})+{2})", Ops.MAX: "uopc_max{f}({0}, {1})",
+  Ops.TRUNC: "trunc{f}({0})", Ops.SQRT: "sqrt{f}({0})", Ops.EXP2: "exp2{f}({0})", Ops.LOG2: "log2{f}({0})",
+  Ops.SIN: "sin{f}({0})", Ops.POW: "pow{f}({0}, {1})",
+}
+_COMPARE_OPS = {Ops.CMPLT: "({0}<{1})", Ops.CMPNE: "({0}!={1})", Ops.CMPGT: "({0}>{1})", Ops.CMPGE: "({0}>={1})",
+                Ops.CMPLE: "({0}<={1})", Ops.CMPEQ: "({0}=={1})"}
+# {T}: the C type, {W}: the unsigned type wide enough to do the arithmetic without UB
+_INT_OPS = {
+  Ops.ADD: "({T})(({W}){0}+({W}){1})", Ops.SUB: "({T})(({W}){0}-({W}){1})", Ops.MUL: "({T})(({W}){0}*({W}){1})",
+  Ops.NEG: "({T})(({W})0-({W}){0})", Ops.MULACC: "({T})(({W}){0}*({W}){1}+({W}){2})", Ops.SHL: "({T})(({W}){0}<<{1})",
+  Ops.SHR: "({T})({0}>>{1})", Ops.AND: "({T})({0}&{1})", Ops.OR: "({T})({0}|{1})", Ops.XOR: "({T})({0}^{1})",
+  Ops.NOT: "({T})(~{0})", Ops.MAX: "({0}>{1}?{0}:{1})", Ops.TRUNC: "{0}",
+  Ops.IDIV: "uopc_idiv_{N}({0}, {1})", Ops.MOD: "uopc_mod_{N}({0}, {1})",
+  Ops.FLOORDIV: "uopc_floordiv_{N}({0}, {1})", Ops.FLOORMOD: "uopc_floormod_{N}({0}, {1})",
+}
+_BOOL_OPS = {Ops.ADD: "({0}|{1})", Ops.OR: "({0}|{1})", Ops.MAX: "({0}|{1})", Ops.MUL: "({0}&{1})",
+             Ops.AND: "({0}&{1})", Ops.XOR: "({0}^{1})", Ops.NOT: "(!{0})"}
+
+
+def alu_expr(op: Ops, dt: DType, src_dt: DType, xs: list[str]) -> str:
+  """The C expression of scalar ALU op `op` with result dtype `dt` on operands `xs` of dtype `src_dt`
+  (for WHERE, `src_dt` is the dtype of the selected values)."""
+  if op is Ops.WHERE: return f"({xs[0]}?{xs[1]}:{xs[2]})"
+  if op is Ops.THREEFRY and src_dt is dtypes.uint64: return f"uopc_threefry2x32({xs[0]}, {xs[1]})"
+  if op in _COMPARE_OPS:
+    return _COMPARE_OPS[op].format(*(_to_compute(x, src_dt) for x in xs) if src_dt.is_float() else xs)
+  if src_dt.is_float() and op in _FLOAT_OPS:
+    f = "" if src_dt is dtypes.float64 else "f"
+    return _from_compute(_FLOAT_OPS[op].format(*(_to_compute(x, src_dt) for x in xs), f=f), dt)
+  if src_dt.is_int() and op in _INT_OPS:
+    name = "int64" if src_dt is dtypes.index else src_dt.name
+    return _INT_OPS[op].format(*xs, T=C_SCALAR[src_dt], W=_wide_unsigned(src_dt), N=name)
+  if src_dt is dtypes.bool and op in _BOOL_OPS: return _BOOL_OPS[op].format(*xs)
+  raise _fail(f"cannot render {op.name} on {src_dt}")
+
+
+def cast_expr(x: str, src: DType, dst: DType) -> str:
+  """Scalar CAST: to bool is x != 0, float to int truncates, to float16/bfloat16 rounds to nearest even."""
+  if src is dst: return x
+  if dst is dtypes.bool: return f"({_to_compute(x, src)}!=0)"
+  if _is_half(dst): return _from_compute(f"(double){_to_compute(x, src)}", dst)
+  return f"({C_SCALAR[dst]}){_to_compute(x, src)}"
+
+
+# ---- the renderer --------------------------------------------------------------------------------------
+_EFFECTS = frozenset({Ops.STORE, Ops.RANGE, Ops.SPECIAL, Ops.END, Ops.IF, Ops.ENDIF})
+_NO_CODE = frozenset({Ops.GROUP, Ops.BARRIER, Ops.NOOP, Ops.SINK})  # ordering only: nothing to do on a CPU
+_PREFIX = {Ops.LOAD: "val", Ops.CAST: "cast", Ops.BITCAST: "cast", Ops.STACK: "vec", Ops.GEP: "gep", Ops.RANGE: "ridx"}
+
+
+def _root_buffer(u: UOp) -> UOp:
+  while u.op is Ops.AFTER: u = u.src[0]
+  return u
+
+
+class _Renderer:
+  def __init__(self, uops: tuple[UOp, ...], name: str):
+    self.uops, self.name = uops, name
+    self.live = self._live()
+    self.names: dict[UOp, str] = {}
+    self.taken: set[str] = set()
+    self.counters: dict[str, int] = {}
+    self.lines: list[str] = []
+    self.depth = 1
+    self.params = self._params()
+
+  # ---- analysis ----
+  def _live(self) -> set:
+    """Effects, and every value an emitted statement reads (END/AFTER order but do not read their body)."""
+    live: set = set()
+    for u in reversed(self.uops):
+      if u.op not in _EFFECTS and u not in live: continue
+      live.add(u)
+      if u.op in (Ops.END, Ops.AFTER): live.add(u.src[1] if u.op is Ops.END else u.src[0])
+      else: live.update(u.src)
+    return live
+
+  def _params(self) -> tuple[KernelParam, ...]:
+    written = {_root_buffer(u.src[0].src[0]) for u in self.uops if u.op is Ops.STORE and u.src[0].op is Ops.INDEX}
+    buffers = sorted((u for u in self.uops if u.op is Ops.PARAM), key=lambda u: u.arg[0] if isinstance(u.arg, tuple) else -1)
+    vars_ = sorted((u for u in self.uops if u.op is Ops.DEFINE_VAR), key=lambda u: str(u.arg[0]) if isinstance(u.arg, tuple) else "")
+    params = []
+    for u in buffers:
+      if not isinstance(u.dtype, PtrDType) or not isinstance(u.arg, tuple) or not isinstance(u.arg[0], int):
+        raise _fail(f"PARAM {u.arg!r} of dtype {u.dtype} is not a kernel buffer argument (slot, name) of pointer dtype")
+      if u.dtype.addrspace is not AddrSpace.GLOBAL: raise _fail(f"PARAM data{u.arg[0]} must be in the global addrspace")
+      if any(p.slot == u.arg[0] for p in params): raise _fail(f"two PARAMs use slot {u.arg[0]}")
+      self._claim(u, f"data{u.arg[0]}")
+      params.append(KernelParam(f"data{u.arg[0]}", u.arg[0], "buffer", u.dtype, u in written))
+    for u in vars_:
+      if not (isinstance(u.arg, tuple) and len(u.arg) == 3): raise _fail(f"DEFINE_VAR arg {u.arg!r} is not (name, min, max)")
+      _check_identifier(u.arg[0], "DEFINE_VAR name")
+      self._claim(u, u.arg[0])
+      params.append(KernelParam(u.arg[0], len(params), "var", u.dtype, False, u.arg[1], u.arg[2]))
+    return tuple(params)
+
+  # ---- names and output ----
+  def _claim(self, u: UOp, name: str) -> None:
+    if name in self.taken: raise _fail(f"the name {name!r} is used twice in kernel {self.name}")
+    self.taken.add(name)
+    self.names[u] = name
+
+  def _fresh(self, prefix: str) -> str:
+    while True:
+      n = self.counters.get(prefix, 0)
+      self.counters[prefix] = n + 1
+      if (name := f"{prefix}{n}") not in self.taken:
+        self.taken.add(name)
+        return name
+
+  def _line(self, text: str) -> None: self.lines.append("  " * self.depth + text)
+
+  def _define(self, u: UOp, expr: str, prefix: str) -> None:
+    name = self._fresh(prefix)
+    self._line(f"{ctype(u.dtype)} {name} = {expr};")
+    self.names[u] = name
+
+  def render(self) -> RenderedKernel:
+    for u in self.uops:
+      if u in self.live or u.op in (Ops.PARAM, Ops.DEFINE_VAR): self._render(u)
+    if self.depth != 1: raise _fail("unbalanced blocks: a RANGE, SPECIAL or IF is not closed")
+    unused = [f"  (void){p.name};" for p, u in zip(self.params, self._param_uops()) if u not in self.live]
+    args = ", ".join(self._param_decl(p) for p in self.params) or "void"
+    source = "\n".join([f"void {self.name}({args}) {{", *unused, *self.lines, "}", ""])
+    return RenderedKernel(self.name, source, self.params)
+
+  def _param_uops(self) -> list[UOp]:
+    by_name = {self.names[u]: u for u in self.uops if u.op in (Ops.PARAM, Ops.DEFINE_VAR)}
+    return [by_name[p.name] for p in self.params]
+
+  @staticmethod
+  def _param_decl(p: KernelParam) -> str:
+    if p.kind == "var": return f"{ctype(p.dtype)} {p.name}"
+    return f"{'' if p.written else 'const '}{ctype(p.dtype)} restrict {p.name}"
+
+  # ---- one instruction ----
+  def _render(self, u: UOp) -> None:
+    op = u.op
+    if op in (Ops.PARAM, Ops.DEFINE_VAR): return  # named with the signature
+    if op in _NO_CODE: return
+    if op is Ops.CONST: self.names[u] = self._const(u)
+    elif op is Ops.AFTER: self.names[u] = self.names[u.src[0]]
+    elif op is Ops.INDEX: self._index(u)
+    elif op is Ops.BUFFER: self._buffer(u)
+    elif op in (Ops.RANGE, Ops.SPECIAL): self._loop(u)
+    elif op is Ops.IF:
+      self._line(f"if ({self.names[u.src[0]]}) {{")
+      self.depth += 1
+    elif op in (Ops.END, Ops.ENDIF):
+      self.depth -= 1
+      self._line("}")
+    elif op is Ops.LOAD: self._load(u)
+    elif op is Ops.STORE: self._store(u)
+    elif op is Ops.STACK: self._stack(u)
+    elif op is Ops.GEP: self._gep(u)
+    elif op is Ops.BITCAST: self._bitcast(u)
+    elif op is Ops.CAST or op in GroupOp.ALU: self._elementwise(u)
+    else: raise _fail(f"cannot render op {op.name}")
+
+  def _const(self, u: UOp) -> str:
+    if u.dtype.count == 1: return render_const(u.arg, u.dtype)
+    return f"(({ctype(u.dtype)}){{{', '.join([render_const(u.arg, u.dtype.scalar)] * u.dtype.count)}}})"
+
+  def _index(self, u: UOp) -> None:
+    if len(u.src) != 2 or not isinstance(u.src[0].dtype, PtrDType): raise _fail("INDEX must be INDEX(pointer, offset)")
+    if not u.src[1].dtype.is_int() or u.src[1].dtype.count != 1: raise _fail(f"INDEX offset of dtype {u.src[1].dtype}")
+    self.names[u] = f"({self.names[u.src[0]]}+{self.names[u.src[1]]})"
+
+  def _buffer(self, u: UOp) -> None:
+    dt = u.dtype
+    if not isinstance(dt, PtrDType) or dt.addrspace is AddrSpace.GLOBAL or dt.size < 0:
+      raise _fail(f"BUFFER of dtype {dt}: only sized LOCAL/REG buffers are local arrays")
+    name = self._fresh("temp" if dt.addrspace is AddrSpace.LOCAL else "acc")
+    self._line(f"{ctype(dt.base)} {name}[{dt.size}];")
+    self.names[u] = name
+
+  def _loop(self, u: UOp) -> None:
+    if len(u.src) != 1: raise _fail(f"{u.op.name} must have its bound as only source")
+    if u.op is Ops.SPECIAL:
+      _check_identifier(u.arg, "SPECIAL name")
+      self._claim(u, u.arg)
+      name = u.arg
+    else:
+      name = self._fresh("ridx")
+      self.names[u] = name
+    self._line(f"for ({ctype(u.dtype)} {name} = 0; {name} < {self.names[u.src[0]]}; {name}++) {{")
+    self.depth += 1
+
+  def _memory_access(self, u: UOp, value_dt: DType) -> tuple[str, str | None]:
+    """(pointer expression, gate or None) of a LOAD/STORE, after checking the value fits the pointer."""
+    idx = u.src[0]
+    if idx.op is not Ops.INDEX: raise _fail(f"{u.op.name} must go through an INDEX, not {idx.op.name}")
+    base = idx.dtype.base
+    if value_dt != base and value_dt.scalar != base:
+      raise _fail(f"{u.op.name} of {value_dt} through a pointer to {base}")
+    gate = u.src[2] if len(u.src) == 3 else None
+    return self.names[idx], (self.names[gate] if gate is not None else None)
+
+  def _load(self, u: UOp) -> None:
+    if len(u.src) not in (1, 3): raise _fail("LOAD must be LOAD(index) or LOAD(index, alt, gate)")
+    ptr, gate = self._memory_access(u, u.dtype)
+    alt = self.names[u.src[1]] if gate is not None else None
+    if u.dtype.count == 1:
+      self._define(u, f"({gate}?*{ptr}:{alt})" if gate is not None else f"*{ptr}", "val")
+      return
+    self._define(u, alt if alt is not None else "{0}", "val")
+    copy = f"memcpy(&{self.names[u]}, {ptr}, {u.dtype.itemsize});"
+    self._line(f"if ({gate}) {copy}" if gate is not None else copy)
+
+  def _store(self, u: UOp) -> None:
+    if len(u.src) not in (2, 3): raise _fail("STORE must be STORE(index, value) or STORE(index, value, gate)")
+    value = u.src[1]
+    ptr, gate = self._memory_access(u, value.dtype)
+    if value.dtype.count == 1: stmt = f"*{ptr} = {self.names[value]};"
+    else: stmt = f"memcpy({ptr}, &{self.names[value]}, {value.dtype.itemsize});"
+    self._line(f"if ({gate}) {stmt}" if gate is not None else stmt)
+
+  def _lane(self, u: UOp, i: int) -> str: return f"{self.names[u]}[{i}]" if u.dtype.count > 1 else self.names[u]
+
+  def _vector(self, u: UOp, lanes: list[str]) -> None:
+    self._define(u, lanes[0] if u.dtype.count == 1 else f"{{{', '.join(lanes)}}}", _PREFIX.get(u.op, "alu"))
+
+  def _stack(self, u: UOp) -> None:
+    if u.dtype.count != len(u.src) or any(s.dtype != u.dtype.scalar for s in u.src):
+      raise _fail(f"STACK of {len(u.src)} values into {u.dtype} is not a vector of its scalars")
+    self._vector(u, [self.names[s] for s in u.src])
+
+  def _gep(self, u: UOp) -> None:
+    lanes = u.arg if isinstance(u.arg, tuple) else (u.arg,)
+    vec = u.src[0]
+    if len(lanes) != u.dtype.count or not all(isinstance(i, int) and 0 <= i < vec.dtype.count for i in lanes):
+      raise _fail(f"GEP {u.arg!r} out of the lanes of {vec.dtype}")
+    self._vector(u, [self._lane(vec, i) for i in lanes])
+
+  def _bitcast(self, u: UOp) -> None:
+    src = u.src[0]
+    if src.dtype.itemsize != u.dtype.itemsize or src.dtype.is_ptr() or u.dtype.is_ptr():
+      raise _fail(f"BITCAST from {src.dtype} to {u.dtype} changes the size")
+    self._define(u, f"((union {{ {ctype(src.dtype)} from; {ctype(u.dtype)} to; }}){{ .from = {self.names[src]} }}).to", "cast")
+
+  def _elementwise(self, u: UOp) -> None:
+    n = u.dtype.count
+    if any(s.dtype.count != n for s in u.src): raise _fail(f"{u.op.name} mixes vector widths")
+    if u.op is Ops.CAST:
+      self._vector(u, [cast_expr(self._lane(u.src[0], i), u.src[0].dtype.scalar, u.dtype.scalar) for i in range(n)])
+      return
+    src_dt = (u.src[1] if u.op is Ops.WHERE else u.src[0]).dtype.scalar
+    self._vector(u, [alu_expr(u.op, u.dtype.scalar, src_dt, [self._lane(s, i) for s in u.src]) for i in range(n)])
