@@ -63,9 +63,10 @@ def _shape_operand(u: UOp, s: UOp, what: str) -> Iterator[str]:
 
 
 def _dims(s: UOp) -> tuple | None:
-  """The entries of a well-formed shape operand, or None."""
+  """The entries of a well-formed shape operand, or None (its own rule reports why)."""
   vals = shape_values(s)
-  return vals if vals is not None and all(_is_int(d) or isinstance(d, UOp) for d in vals) else None
+  ok = vals is not None and all(_is_int(d) and d >= 0 or isinstance(d, UOp) for d in vals)
+  return vals if ok else None
 
 
 # ---- source ops ---------------------------------------------------------------------------------------
@@ -317,8 +318,15 @@ def _call_args(u: UOp) -> Iterator[str]:
 
 
 def _check_function(u: UOp) -> Iterator[str]:
-  if u.src[0].op is not Ops.TUPLE: yield f"FUNCTION body must be a TUPLE, got {u.src[0].op.name}"
+  if u.src[0].op is not Ops.TUPLE: yield f"FUNCTION body must be a TUPLE, got {u.src[0].op.name}"; return  # noqa: E702
   if u.dtype is not u.src[0].dtype: yield f"FUNCTION has dtype {u.dtype}, its body {u.src[0].dtype}"
+  yield from _call_args(u)
+
+
+def _elements_have_values(u: UOp) -> Iterator[str]:
+  # a TUPLE is what a FUNCTION returns: its elements are values
+  for i, s in enumerate(u.src):
+    if s.dtype is dtypes.void: yield f"TUPLE element {i} is a {s.op.name}, which has no value"
 
 
 def _check_gettuple(u: UOp) -> Iterator[str]:
@@ -544,8 +552,8 @@ RULES: dict[Ops, tuple[tuple[int, int | None], tuple[Check, ...]]] = {
   Ops.INDEX: ((2, None), (_check_index,)), Ops.STACK: ((0, None), (_check_stack,)),
   Ops.BITCAST: ((1, 1), (_check_bitcast, _dtype_arg)), Ops.CAST: ((1, 1), (_check_cast, _dtype_arg)),
   Ops.REDUCE: ((1, None), (_has_value, _check_reduce)),
-  Ops.FUNCTION: ((1, None), (_check_function, _call_args)), Ops.CALL: ((1, None), (_call_args,)),
-  Ops.TUPLE: ((0, None), ()), Ops.GETTUPLE: ((1, 1), (_check_gettuple,)),
+  Ops.FUNCTION: ((1, None), (_check_function,)), Ops.CALL: ((1, None), (_call_args,)),
+  Ops.TUPLE: ((0, None), (_elements_have_values,)), Ops.GETTUPLE: ((1, 1), (_check_gettuple,)),
   Ops.LOAD: ((1, 3), (_check_load,)), Ops.STORE: ((2, 3), (_is_void, _check_store)),
   Ops.RANGE: ((1, 1), (_check_range,)), Ops.END: ((2, 2), (_is_void, _check_end)),
   Ops.AFTER: ((2, None), (_has_value, _same_dtype_as_src)), Ops.GROUP: ((0, None), (_is_void, _sources_are_effects)),
@@ -578,20 +586,21 @@ def _slot(p: UOp) -> int | None: return p.arg[0] if isinstance(p.arg, tuple) and
 def _name(p: UOp) -> str: return p.arg[1] if isinstance(p.arg, tuple) and len(p.arg) > 1 else "?"
 
 
-def _unique_slots(root: UOp) -> Iterator[tuple[UOp, str]]:
+def _scopes(root: UOp) -> list[list[UOp]]:
+  """The nodes of the entry and of each FUNCTION/CALL body, each list in toposort order."""
+  order = root.toposort()
+  index = {u: i for i, u in enumerate(order)}
+  heads = [root] + [x.src[0] for x in order if x.op in (Ops.FUNCTION, Ops.CALL) and x.src]
+  return [sorted(_scope_nodes(h), key=index.__getitem__) for h in dict.fromkeys(heads)]
+
+
+def _unique_slots(scope: list[UOp]) -> Iterator[tuple[UOp, str]]:
   # a slot numbers one argument of an entry (or of a FUNCTION/CALL body): two PARAMs (or two BUFFERs) cannot share it
-  calls = [x for x in root.toposort() if x.op in (Ops.FUNCTION, Ops.CALL) and x.src]
-  for scope in [root] + [c.src[0] for c in calls]:
-    first: dict[tuple, UOp] = {}
-    for x in sorted(_scope_nodes(scope), key=_topo_key(root)):
-      if x.op not in GroupOp.Buffers or (k := _slot(x)) is None: continue
-      if (x.op, k) in first: yield x, f"{x.op.name} slot {k} of '{_name(x)}' is already used by '{_name(first[(x.op, k)])}'"
-      else: first[(x.op, k)] = x
-
-
-def _topo_key(root: UOp) -> Callable[[UOp], int]:
-  index = {u: i for i, u in enumerate(root.toposort())}
-  return lambda u: index[u]
+  first: dict[tuple, UOp] = {}
+  for x in scope:
+    if x.op not in GroupOp.Buffers or (k := _slot(x)) is None: continue
+    if (x.op, k) in first: yield x, f"{x.op.name} slot {k} of '{_name(x)}' is already used by '{_name(first[(x.op, k)])}'"
+    else: first[(x.op, k)] = x
 
 
 def _single_end(nodes: list[UOp]) -> Iterator[tuple[UOp, str]]:
@@ -640,8 +649,9 @@ def _func_rules(sink: UOp) -> Iterator[tuple[UOp, str]]:
 
 
 def _entry_problems(sink: UOp, nodes: list[UOp], kind: str | None) -> Iterator[tuple[UOp, str]]:
-  yield from _unique_slots(sink)
-  yield from _single_end(nodes)
+  for scope in _scopes(sink):
+    yield from _unique_slots(scope)
+    yield from _single_end(scope)
   if kind == "kernel": yield from _kernel_rules(sink, nodes)
   elif kind == "func": yield from _func_rules(sink)
 
