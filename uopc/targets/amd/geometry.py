@@ -1,0 +1,74 @@
+"""The launch geometry of an AMDGPU kernel, from its SPECIALs: shared by the renderer (the
+`amdgpu-flat-work-group-size` attribute, the block size of `idx<n>`) and the HIP launcher (the grid
+and block it launches), so both agree by construction.
+
+`gidx<n>` is the workgroup id along axis n (the grid is its bound), `lidx<n>` the work-item id in the
+workgroup (the block is its bound), `idx<n>` a flat index: blocks of `idx_local_size` items, as many
+as cover the bound, the items past the bound doing nothing.
+"""
+from __future__ import annotations
+
+import math
+import re
+from dataclasses import dataclass
+from typing import Callable
+
+from uopc.diagnostics import CompileError, Loc, error
+from uopc.dtype import dtypes
+from uopc.ops import Ops
+from uopc.uop import UOp
+
+IDX_BLOCK = 256       # work-items per workgroup for idx<n> when the bound does not make it smaller
+MAX_WORKGROUP = 1024  # the most work-items a workgroup has on every AMDGPU arch we target
+
+Size = int | UOp  # a known size, or an index expression over DEFINE_VARs evaluated at launch
+
+
+@dataclass(frozen=True)
+class Geometry:
+  grid: tuple[Size, Size, Size]   # workgroups along x, y, z
+  block: tuple[Size, Size, Size]  # work-items per workgroup along x, y, z
+
+  @property
+  def max_flat_size(self) -> int:
+    """The largest workgroup the kernel can be launched with: exact when the block is known."""
+    if all(isinstance(b, int) for b in self.block): return max(1, math.prod(self.block))
+    return MAX_WORKGROUP
+
+
+def _size(u: UOp) -> Size: return u.arg if u.op is Ops.CONST else u
+
+
+def idx_local_size(bound: UOp) -> int:
+  return max(1, min(bound.arg, IDX_BLOCK)) if bound.op is Ops.CONST else IDX_BLOCK
+
+
+def _blocks_to_cover(bound: UOp, size: int) -> Size:
+  if bound.op is Ops.CONST: return -(-bound.arg // size)
+  return bound.alu(Ops.ADD, UOp.const(dtypes.index, size - 1)).alu(Ops.IDIV, UOp.const(dtypes.index, size))
+
+
+def workgroup_geometry(linear: UOp, loc_of: Callable[[UOp], Loc | None] = lambda u: None) -> Geometry:
+  grid: list[Size] = [1, 1, 1]
+  block: list[Size] = [1, 1, 1]
+  seen: dict[int, tuple[str, UOp]] = {}  # axis -> (kind, first SPECIAL) per grid/block role
+  for u in linear.src:
+    if u.op is not Ops.SPECIAL: continue
+    m = re.fullmatch(r"(gidx|lidx|idx)([0-2])", str(u.arg))
+    if m is None: raise CompileError([error(loc_of(u), f"SPECIAL {u.arg!r} is not gidx<n>, lidx<n> or idx<n> with n in 0..2")])
+    kind, axis, bound = m.group(1), int(m.group(2)), u.src[0]
+    for role in (("grid",) if kind == "gidx" else ("block",) if kind == "lidx" else ("grid", "block")):
+      key = (role, axis)
+      if key in seen and seen[key][1] is not u:
+        raise CompileError([error(loc_of(u), f"SPECIAL {u.arg} and {seen[key][1].arg} both set the {role} size along axis {axis}")])
+      seen[key] = (kind, u)
+    if kind == "gidx": grid[axis] = _size(bound)
+    elif kind == "lidx": block[axis] = _size(bound)
+    else:
+      block[axis] = idx_local_size(bound)
+      grid[axis] = _blocks_to_cover(bound, block[axis])
+  geo = Geometry(tuple(grid), tuple(block))
+  if all(isinstance(b, int) for b in geo.block) and math.prod(geo.block) > MAX_WORKGROUP:
+    raise CompileError([error(None, f"a workgroup of {' x '.join(map(str, geo.block))} work-items is more than "
+                                    f"the {MAX_WORKGROUP} an AMDGPU workgroup can hold")])
+  return geo

@@ -1,0 +1,628 @@
+"""LLVM IR renderer: one linearized kernel (`LINEAR`) to the LLVM IR text of one function, for the host
+CPU (`target="host"`) or AMDGPU (`target="amdgcn"`), and `render_module` to make a whole module.
+
+Control flow. RANGE opens a loop whose counter is a phi (`ridxK`), END closes it through a latch
+block. IF/ENDIF and gated LOAD/STORE branch around the guarded code: a gated load reads memory only
+on the taken path and merges its `alt` with a phi. On the host a SPECIAL is a loop over its bound,
+closed by its END (the linearizer gives every SPECIAL one; a CPU has no grid), so a BARRIER inside
+a thread loop (`lidx`) cannot be honoured and is refused. On AMDGPU SPECIALs are the workgroup/workitem ids
+(`idx<n>` is workgroup * size + item, guarded by its bound) and BARRIER is
+`s.barrier` between workgroup-scope release/acquire fences.
+
+Values. Every value lives in an SSA register (LLVM's mem2reg is not needed); CONSTs are inlined as
+literals. Types are in types.py: bool is i1 in registers and i8 in memory; bfloat16 is computed in
+float32 and rounded to nearest even once per op (`_round_bf16`).
+
+Semantics are those of SPEC-NOTES: IDIV/MOD `sdiv`/`srem` (`udiv`/`urem` unsigned), SHR `ashr` on
+signed, integer ADD/MUL wrap (no nsw/nuw flags), CMPNE `fcmp une`, the decomposed comparisons by
+their definitions (CMPGE = NOT CMPLT is `fcmp uge`: true on NaN), float MAX through `llvm.maximum`
+(NaN-propagating), float->int `fptosi`/`fptoui`, CAST to bool `x != 0`.
+"""
+from __future__ import annotations
+
+import re
+from typing import Callable
+
+from uopc.diagnostics import CompileError, Loc, error
+from uopc.dtype import AddrSpace, DType, PtrDType, dtypes
+from uopc.ops import Ops
+from uopc.targets.c.render import KernelParam, RenderedKernel
+from uopc.targets.llvm.types import bits_of, const_literal, is_signed, mangle, mem_type, ptr_type, reg_type
+from uopc.uop import UOp
+
+TARGETS = ("host", "amdgcn")
+AMD_ARCHS = ("gfx1100", "gfx90a", "gfx942")
+
+# Transcendentals as LLVM intrinsics. On the host they call libm (correctly rounded or within an
+# ULP: accurate). On AMDGPU only these meet SPEC-NOTES's bar (2 ULP over the finite domain, IEEE
+# specials): llvm.sqrt and fdiv (RECIP, DIV) are correctly rounded by the backend's default lowering
+# (no !fpmath, no afn); llvm.exp2/llvm.log2 on f32 become v_exp_f32/v_log_f32 (1 ULP) with the
+# backend's scaling for subnormals. llvm.sin becomes v_sin_f32 after a float32 multiply by 1/(2pi),
+# whose error grows with |x| (far beyond 2 ULP at 1e4), and llvm.pow has no AMDGPU lowering at all:
+# both are refused there until Instruction Selection decomposes them.
+_INTRINSIC = {Ops.EXP2: "exp2", Ops.LOG2: "log2", Ops.SIN: "sin", Ops.SQRT: "sqrt", Ops.POW: "pow"}
+_AMDGPU_TRANSCENDENTALS = {Ops.SQRT: {"half", "float", "double"}, Ops.EXP2: {"half", "float"},
+                           Ops.LOG2: {"half", "float"}}
+
+# Integer instructions per op: (signed, unsigned); bool uses the unsigned one.
+_INT_BINARY = {Ops.ADD: ("add", "add"), Ops.SUB: ("sub", "sub"), Ops.MUL: ("mul", "mul"),
+               Ops.IDIV: ("sdiv", "udiv"), Ops.DIV: ("sdiv", "udiv"), Ops.MOD: ("srem", "urem"),
+               Ops.XOR: ("xor", "xor"), Ops.OR: ("or", "or"), Ops.AND: ("and", "and"),
+               Ops.SHL: ("shl", "shl"), Ops.SHR: ("ashr", "lshr")}
+_BOOL_BINARY = {Ops.ADD: "or", Ops.SUB: "xor", Ops.MUL: "and", Ops.MAX: "or", Ops.XOR: "xor", Ops.OR: "or", Ops.AND: "and"}
+_FLOAT_BINARY = {Ops.ADD: "fadd", Ops.SUB: "fsub", Ops.MUL: "fmul", Ops.DIV: "fdiv"}
+# Comparisons: (signed icmp, unsigned icmp, fcmp). CMPGE/CMPLE are NOT of a CMPLT (seed 000), hence
+# unordered; CMPEQ is NOT CMPNE, hence ordered.
+_COMPARE = {Ops.CMPLT: ("slt", "ult", "olt"), Ops.CMPNE: ("ne", "ne", "une"), Ops.CMPGT: ("sgt", "ugt", "ogt"),
+            Ops.CMPGE: ("sge", "uge", "uge"), Ops.CMPLE: ("sle", "ule", "ule"), Ops.CMPEQ: ("eq", "eq", "oeq")}
+# ops whose bfloat16 result must be rounded: the rest (MAX, NEG, TRUNC, WHERE, ...) give representable values
+_ROUNDING = frozenset({Ops.ADD, Ops.SUB, Ops.MUL, Ops.DIV, Ops.RECIP, Ops.EXP2, Ops.LOG2, Ops.SIN, Ops.SQRT, Ops.POW})
+_STRUCTURE = frozenset({Ops.GROUP, Ops.SINK, Ops.NOOP})
+
+THREEFRY_ROTATIONS = ((13, 15, 26, 6), (17, 29, 16, 24))
+
+
+def _llvm_name(name: str) -> str:
+  """A local or global LLVM name: bare when it is a plain identifier, quoted otherwise."""
+  return name if re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", name) else f'"{name}"'
+
+
+def _splat(lit: str, ty: str) -> str:
+  """The constant `lit` of the scalar of `ty` in every lane when `ty` is a vector type."""
+  if not ty.startswith("<"): return lit
+  count, _, scalar = ty[1:-1].partition(" x ")
+  return "<" + ", ".join(f"{scalar} {lit}" for _ in range(int(count))) + ">"
+
+
+def _retype(ty: str, scalar: str) -> str:
+  """`ty` with its scalar replaced: (<4 x float>, i32) -> <4 x i32>."""
+  if not ty.startswith("<"): return scalar
+  return f"<{ty[1:-1].partition(' x ')[0]} x {scalar}>"
+
+
+def _float_one(ty: str) -> str:
+  scalar = ty[1:-1].partition(" x ")[2] if ty.startswith("<") else ty
+  return "0xH3C00" if scalar == "half" else "0x3FF0000000000000"
+
+
+def _base_buffer(u: UOp) -> UOp:
+  while u.op in (Ops.INDEX, Ops.AFTER, Ops.CAST) and u.src: u = u.src[0]
+  return u
+
+
+def kernel_params(linear: UOp) -> tuple[KernelParam, ...]:
+  """Buffers by slot, then DEFINE_VARs by name: the signature order every target shares."""
+  uops = linear.src
+  written = {_base_buffer(u.src[0]) for u in uops if u.op in (Ops.STORE, Ops.ATOMICADD)}
+  bufs = sorted((u for u in uops if u.op is Ops.PARAM), key=lambda u: u.arg[0])
+  dvars = sorted((u for u in uops if u.op is Ops.DEFINE_VAR), key=lambda u: u.arg[0])
+  return tuple([KernelParam(b.arg[1], b.arg[0], "buffer", b.dtype, b in written, None, None) for b in bufs] +
+               [KernelParam(v.arg[0], len(bufs) + i, "var", v.dtype, False, v.arg[1], v.arg[2]) for i, v in enumerate(dvars)])
+
+
+class _Kernel:
+  """The state of rendering one function: the instruction lines, the open blocks, the SSA names."""
+
+  def __init__(self, linear: UOp, name: str, target: str, arch: str | None, loc_of: Callable[[UOp], Loc | None]):
+    if target not in TARGETS: raise ValueError(f"unknown LLVM target {target!r}; expected one of {TARGETS}")
+    self.linear, self.name, self.amdgpu, self.arch, self.loc_of = linear, name, target == "amdgcn", arch, loc_of
+    self.lines: list[str] = []
+    self.allocas: list[str] = []
+    self.globals: list[str] = []
+    self.declares: set[str] = set()
+    self.ref: dict[UOp, str] = {}
+    self.block = "entry"
+    self.counter = 0
+    self.open: list[tuple[str, UOp, int]] = []  # ("range" | "if", uop, number), innermost last
+    self.loop_names: dict[int, str] = {}  # loop number -> its counter's name
+    self.ranges = 0
+
+  # ---- emission helpers ---------------------------------------------------------------------------
+  def fail(self, u: UOp, message: str) -> CompileError:
+    return CompileError([error(self.loc_of(u), message)])
+
+  def number(self) -> int:
+    """A fresh number for an SSA name or a block label."""
+    self.counter += 1
+    return self.counter
+
+  def fresh(self, prefix: str) -> str: return f"%{prefix}.{self.number()}"
+
+  def emit(self, line: str) -> None: self.lines.append(f"  {line}")
+
+  def value(self, expr: str, prefix: str = "t") -> str:
+    name = self.fresh(prefix)
+    self.emit(f"{name} = {expr}")
+    return name
+
+  def label(self, name: str) -> None:
+    self.lines.append(f"{name}:")
+    self.block = name
+
+  def intrinsic(self, ret: str, name: str, args: list[tuple[str, str]], overload: str | None = None) -> str:
+    full = f"llvm.{name}" + (f".{mangle(overload)}" if overload else "")
+    self.declares.add(f"declare {ret} @{full}({', '.join(t for t, _ in args)})")
+    return self.value(f"call {ret} @{full}({', '.join(f'{t} {v}' for t, v in args)})")
+
+  def ptr(self, dt: DType) -> str: return ptr_type(dt, self.amdgpu)
+
+  # ---- the function -------------------------------------------------------------------------------
+  def render(self) -> str:
+    for u in self.linear.src: self.render_uop(u)
+    if self.open: raise self.fail(self.open[-1][1], f"{self.open[-1][1].op.name} is never closed")
+    self.emit("br label %exit")
+    self.label("exit")
+    self.emit("ret void")
+    return "\n".join([*self.globals, *sorted(self.declares), self.signature() + " {", "entry:", *self.allocas,
+                      *self.lines, "}"]) + "\n"
+
+  def signature(self) -> str:
+    args = []
+    for p in kernel_params(self.linear):
+      if p.kind == "buffer": args.append(f"{self.ptr(p.dtype)} noalias {'' if p.written else 'readonly '}%{_llvm_name(p.name)}")
+      else: args.append(f"i64 %{_llvm_name(p.name)}")
+    if self.amdgpu:
+      from uopc.targets.amd.geometry import workgroup_geometry
+      size = workgroup_geometry(self.linear, self.loc_of).max_flat_size
+      return (f"define amdgpu_kernel void @{_llvm_name(self.name)}({', '.join(args)}) "
+              f'nounwind "amdgpu-flat-work-group-size"="1,{size}"')
+    return f"define hidden void @{_llvm_name(self.name)}({', '.join(args)}) nounwind"
+
+  def render_uop(self, u: UOp) -> None:
+    if u.op in _STRUCTURE: return
+    handler = _HANDLERS.get(u.op)
+    if handler is None:
+      if u.op in _ALU_OPS: handler = _Kernel.alu
+      else: raise self.fail(u, f"the LLVM renderer cannot render {u.op.name} (it should be lowered before rendering)")
+    out = handler(self, u)
+    if out is not None: self.ref[u] = out
+
+  def val(self, u: UOp) -> str:
+    """The operand naming `u`'s value: its register, or the literal of a CONST (the linear order need not list CONSTs)."""
+    if u in self.ref: return self.ref[u]
+    if u.op is Ops.CONST: return self.const(u)
+    raise self.fail(u, f"{u.op.name} is used before the linear order defines it")
+
+  def typed(self, u: UOp) -> str: return f"{reg_type(u.dtype)} {self.val(u)}"
+
+  # ---- sources ------------------------------------------------------------------------------------
+  def param(self, u: UOp) -> str: return f"%{_llvm_name(u.arg[1])}"
+
+  def define_var(self, u: UOp) -> str:
+    arg = f"%{_llvm_name(u.arg[0])}"
+    return arg if reg_type(u.dtype) == "i64" else self.value(f"trunc i64 {arg} to {reg_type(u.dtype)}", "var")
+
+  def const(self, u: UOp) -> str: return const_literal(u.arg, u.dtype)
+
+  def buffer(self, u: UOp) -> str:
+    dt: PtrDType = u.dtype
+    if dt.size < 0: raise self.fail(u, f"BUFFER {u.arg[1]!r} needs a known size to be allocated")
+    array = f"[{dt.size} x {mem_type(dt.base)}]"
+    if self.amdgpu and dt.addrspace is AddrSpace.LOCAL:
+      glob = f"@{_llvm_name(f'{self.name}.{u.arg[1]}')}"
+      self.globals.append(f"{glob} = internal addrspace(3) global {array} poison, align 16")
+      return glob
+    name = f"%{_llvm_name(str(u.arg[1]))}.buf"
+    space = ", addrspace(5)" if self.amdgpu else ""
+    self.allocas.append(f"  {name} = alloca {array}, align 16{space}")
+    return name
+
+  # ---- loops and threads ---------------------------------------------------------------------------
+  def open_loop(self, bound: str, name: str) -> int:
+    k = self.number()
+    self.loop_names[k] = name
+    pre = self.block
+    self.emit(f"br label %loop{k}")
+    self.label(f"loop{k}")
+    self.emit(f"%{name} = phi i64 [ 0, %{pre} ], [ %{name}.next, %latch{k} ]")
+    self.emit(f"%cond{k} = icmp slt i64 %{name}, {bound}")
+    self.emit(f"br i1 %cond{k}, label %body{k}, label %done{k}")
+    self.label(f"body{k}")
+    return k
+
+  def close_loop(self, k: int) -> None:
+    name = self.loop_names[k]
+    self.emit(f"br label %latch{k}")
+    self.label(f"latch{k}")
+    self.emit(f"%{name}.next = add i64 %{name}, 1")
+    self.emit(f"br label %loop{k}")
+    self.label(f"done{k}")
+
+  def index_value(self, u: UOp) -> str:
+    """An index-typed source as i64 (RANGE bounds and offsets may be narrower ints)."""
+    ty = reg_type(u.dtype)
+    if ty == "i64": return self.val(u)
+    return self.value(f"{'sext' if is_signed(u.dtype) else 'zext'} {ty} {self.val(u)} to i64")
+
+  def range_(self, u: UOp) -> str:
+    name = f"ridx{self.ranges}"
+    self.ranges += 1
+    self.open.append(("range", u, self.open_loop(self.index_value(u.src[0]), name)))
+    return self.narrow(f"%{name}", u.dtype)
+
+  def narrow(self, i64: str, dt: DType) -> str:
+    return i64 if reg_type(dt) == "i64" else self.value(f"trunc i64 {i64} to {reg_type(dt)}")
+
+  def end(self, u: UOp) -> None:
+    rng = u.src[-1]
+    if rng.op is Ops.SPECIAL and self.amdgpu: return  # the hardware runs the threads
+    if not self.open or self.open[-1][0] != "range" or self.open[-1][1] is not rng:
+      raise self.fail(u, f"END does not close the innermost open {rng.op.name}")
+    self.close_loop(self.open.pop()[2])
+
+  def special(self, u: UOp) -> str:
+    name = u.arg if isinstance(u.arg, str) else str(u.arg)
+    m = re.fullmatch(r"(gidx|lidx|idx)([0-2])", name)
+    if m is None: raise self.fail(u, f"SPECIAL {name!r} is not gidx<n>, lidx<n> or idx<n> with n in 0..2")
+    if not self.amdgpu: return self.host_special(u, name)
+    kind, axis = m.group(1), "xyz"[int(m.group(2))]
+    if kind == "idx": return self.narrow(self.flat_index(u, name, axis), u.dtype)
+    fn = "workgroup.id" if kind == "gidx" else "workitem.id"
+    raw = self.intrinsic("i32", f"amdgcn.{fn}.{axis}", [])
+    return self.narrow(self.value(f"zext i32 {raw} to i64", name), u.dtype)
+
+  def host_special(self, u: UOp, name: str) -> str:
+    """A CPU runs the threads of a SPECIAL one after another: a loop, closed by the SPECIAL's END."""
+    self.open.append(("range", u, self.open_loop(self.index_value(u.src[0]), name)))
+    return self.narrow(f"%{name}", u.dtype)
+
+  def flat_index(self, u: UOp, name: str, axis: str) -> str:
+    """idx<n> = workgroup id * workgroup size + workitem id; items past the bound return at once."""
+    from uopc.targets.amd.geometry import idx_local_size
+    group = self.value(f"zext i32 {self.intrinsic('i32', f'amdgcn.workgroup.id.{axis}', [])} to i64")
+    item = self.value(f"zext i32 {self.intrinsic('i32', f'amdgcn.workitem.id.{axis}', [])} to i64")
+    base = self.value(f"mul i64 {group}, {idx_local_size(u.src[0])}")
+    idx = self.value(f"add i64 {base}, {item}", name)
+    inside = self.value(f"icmp slt i64 {idx}, {self.index_value(u.src[0])}")
+    k = self.number()
+    self.emit(f"br i1 {inside}, label %inside{k}, label %exit")
+    self.label(f"inside{k}")
+    return idx
+
+  def if_(self, u: UOp) -> None:
+    k = self.number()
+    self.emit(f"br i1 {self.val(u.src[0])}, label %then{k}, label %endif{k}")
+    self.label(f"then{k}")
+    self.open.append(("if", u, k))
+
+  def endif(self, u: UOp) -> None:
+    if not self.open or self.open[-1][0] != "if" or self.open[-1][1] is not u.src[0]:
+      raise self.fail(u, "ENDIF does not close the innermost open IF")
+    k = self.open.pop()[2]
+    self.emit(f"br label %endif{k}")
+    self.label(f"endif{k}")
+
+  def barrier(self, u: UOp) -> None:
+    if not self.amdgpu:
+      if any(b.op is Ops.SPECIAL and str(b.arg).startswith("lidx") for _, b, _ in self.open):
+        raise self.fail(u, "BARRIER between the threads of a workgroup (lidx) cannot run on the host, "
+                           "where the threads are a sequential loop")
+      return  # one thread per workgroup: nothing to wait for
+    self.emit('fence syncscope("workgroup") release')
+    self.intrinsic_void("amdgcn.s.barrier")
+    self.emit('fence syncscope("workgroup") acquire')
+
+  def intrinsic_void(self, name: str) -> None:
+    self.declares.add(f"declare void @llvm.{name}()")
+    self.emit(f"call void @llvm.{name}()")
+
+  def passthrough(self, u: UOp) -> str: return self.val(u.src[0])
+  def bind(self, u: UOp) -> str: return self.val(u.src[-1])
+
+  # ---- memory -------------------------------------------------------------------------------------
+  def index(self, u: UOp) -> str:
+    buf = u.src[0]
+    if len(u.src) != 2: raise self.fail(u, "INDEX at kernel level takes (buffer, offset)")
+    elem = mem_type(buf.dtype.base)
+    return self.value(f"getelementptr inbounds {elem}, {self.ptr(buf.dtype)} {self.val(buf)}, i64 {self.index_value(u.src[1])}", "idx")
+
+  def address(self, u: UOp) -> tuple[str, str]:
+    """The pointer operand of a LOAD/STORE/ATOMICADD: its type and value."""
+    if not u.dtype.is_ptr(): raise self.fail(u, f"{u.op.name} does not give a pointer to load or store through")
+    return self.ptr(u.dtype), self.val(u)
+
+  def load(self, u: UOp) -> str:
+    pty, ptr = self.address(u.src[0])
+    if len(u.src) == 1: return self.load_now(u.dtype, pty, ptr)
+    if len(u.src) != 3: raise self.fail(u, "a gated LOAD takes (index, alt, gate)")
+    alt, gate = u.src[1], u.src[2]
+    k = self.number()
+    before = self.block
+    self.emit(f"br i1 {self.val(gate)}, label %load{k}, label %loaded{k}")
+    self.label(f"load{k}")
+    val = self.load_now(u.dtype, pty, ptr)
+    taken = self.block
+    self.emit(f"br label %loaded{k}")
+    self.label(f"loaded{k}")
+    return self.value(f"phi {reg_type(u.dtype)} [ {val}, %{taken} ], [ {self.val(alt)}, %{before} ]", "val")
+
+  def load_now(self, dt: DType, pty: str, ptr: str) -> str:
+    raw = self.value(f"load {mem_type(dt)}, {pty} {ptr}, align {dt.scalar.itemsize}", "val")
+    return self.from_memory(raw, dt)
+
+  def from_memory(self, raw: str, dt: DType) -> str:
+    mty = mem_type(dt)
+    if dt.scalar is dtypes.bool: return self.value(f"icmp ne {mty} {raw}, zeroinitializer")
+    if dt.scalar is dtypes.bfloat16: return self.bf16_from_bits(raw, dt)
+    return raw
+
+  def to_memory(self, val: str, dt: DType) -> str:
+    if dt.scalar is dtypes.bool: return self.value(f"zext {reg_type(dt)} {val} to {mem_type(dt)}")
+    if dt.scalar is dtypes.bfloat16: return self.bf16_to_bits(val, dt)
+    return val
+
+  def store(self, u: UOp) -> None:
+    pty, ptr = self.address(u.src[0])
+    val = u.src[1]
+    if len(u.src) == 2: return self.store_now(val, pty, ptr)
+    k = self.number()
+    self.emit(f"br i1 {self.val(u.src[2])}, label %store{k}, label %stored{k}")
+    self.label(f"store{k}")
+    self.store_now(val, pty, ptr)
+    self.emit(f"br label %stored{k}")
+    self.label(f"stored{k}")
+
+  def store_now(self, val: UOp, pty: str, ptr: str) -> None:
+    bits = self.to_memory(self.val(val), val.dtype)
+    self.emit(f"store {mem_type(val.dtype)} {bits}, {pty} {ptr}, align {val.dtype.scalar.itemsize}")
+
+  def atomic_add(self, u: UOp) -> str:
+    pty, ptr = self.address(u.src[0])
+    dt = u.src[1].dtype
+    if dt.count != 1 or dt.scalar in (dtypes.bool, dtypes.bfloat16):
+      raise self.fail(u, f"ATOMICADD of {dt} is not supported by the LLVM renderer")
+    op = "fadd" if dt.is_float() else "add"
+    scope = ' syncscope("agent")' if self.amdgpu else ""
+    return self.value(f"atomicrmw {op} {pty} {ptr}, {self.typed(u.src[1])}{scope} monotonic, align {dt.itemsize}")
+
+  # ---- vectors ------------------------------------------------------------------------------------
+  def stack(self, u: UOp) -> str:
+    if u.dtype.count != len(u.src): raise self.fail(u, "STACK at kernel level builds a vector of its scalars")
+    vec, ty = "poison", reg_type(u.dtype)
+    for lane, s in enumerate(u.src): vec = self.value(f"insertelement {ty} {vec}, {self.typed(s)}, i32 {lane}")
+    return vec
+
+  def gep(self, u: UOp) -> str:
+    lanes = u.arg if isinstance(u.arg, tuple) else (u.arg,)
+    src = self.typed(u.src[0])
+    if len(lanes) == 1: return self.value(f"extractelement {src}, i32 {lanes[0]}")
+    mask = ", ".join(f"i32 {i}" for i in lanes)
+    return self.value(f"shufflevector {src}, {reg_type(u.src[0].dtype)} poison, <{len(lanes)} x i32> <{mask}>")
+
+  # ---- bfloat16 -----------------------------------------------------------------------------------
+  def bf16_from_bits(self, bits: str, dt: DType) -> str:
+    fty = reg_type(dt)
+    wide = self.value(f"zext {_retype(fty, 'i16')} {bits} to {_retype(fty, 'i32')}")
+    high = self.value(f"shl {_retype(fty, 'i32')} {wide}, {_splat('16', _retype(fty, 'i32'))}")
+    return self.value(f"bitcast {_retype(fty, 'i32')} {high} to {fty}")
+
+  def bf16_to_bits(self, val: str, dt: DType) -> str:
+    """The 16 bits of an exactly representable bfloat16 register."""
+    fty = reg_type(dt)
+    ity = _retype(fty, "i32")
+    word = self.value(f"bitcast {fty} {val} to {ity}")
+    high = self.value(f"lshr {ity} {word}, {_splat('16', ity)}")
+    return self.value(f"trunc {ity} {high} to {_retype(fty, 'i16')}")
+
+  def round_bf16(self, val: str, fty: str) -> str:
+    """float -> the nearest bfloat16 value (ties to even), still a float; NaN stays NaN (made quiet)."""
+    ity = _retype(fty, "i32")
+    word = self.value(f"bitcast {fty} {val} to {ity}")
+    low = self.value(f"lshr {ity} {word}, {_splat('16', ity)}")
+    odd = self.value(f"and {ity} {low}, {_splat('1', ity)}")
+    bias = self.value(f"add {ity} {odd}, {_splat('32767', ity)}")
+    rounded = self.value(f"add {ity} {word}, {bias}")
+    quiet = self.value(f"or {ity} {word}, {_splat('4194304', ity)}")
+    nan = self.value(f"fcmp uno {fty} {val}, {val}")
+    chosen = self.value(f"select {_retype(fty, 'i1')} {nan}, {ity} {quiet}, {ity} {rounded}")
+    top = self.value(f"and {ity} {chosen}, {_splat('-65536', ity)}")
+    return self.value(f"bitcast {ity} {top} to {fty}")
+
+  def f64_to_bf16(self, val: str, count: int) -> str:
+    """double -> bfloat16 rounded once: first to float rounding to odd (so that no tie is made that
+    the double did not have), then to bfloat16 to nearest even."""
+    dty, fty = reg_type(dtypes.float64.vec(count)), reg_type(dtypes.float32.vec(count))
+    ity = _retype(fty, "i32")
+    near = self.value(f"fptrunc {dty} {val} to {fty}")
+    back = self.value(f"fpext {fty} {near} to {dty}")
+    inexact = self.value(f"fcmp one {dty} {back}, {val}")
+    overshoot = self.value(f"fcmp ogt {dty} {self.intrinsic(dty, 'fabs', [(dty, back)], dty)}, "
+                           f"{self.intrinsic(dty, 'fabs', [(dty, val)], dty)}")
+    word = self.value(f"bitcast {fty} {near} to {ity}")
+    step = self.value(f"zext {_retype(fty, 'i1')} {overshoot} to {ity}")
+    down = self.value(f"sub {ity} {word}, {step}")
+    odd = self.value(f"or {ity} {down}, {_splat('1', ity)}")
+    chosen = self.value(f"select {_retype(fty, 'i1')} {inexact}, {ity} {odd}, {ity} {word}")
+    return self.round_bf16(self.value(f"bitcast {ity} {chosen} to {fty}"), fty)
+
+  # ---- casts --------------------------------------------------------------------------------------
+  def cast(self, u: UOp) -> str:
+    src, dst = u.src[0].dtype, u.dtype
+    if src.count != dst.count: raise self.fail(u, f"CAST from {src} to {dst} changes the vector width")
+    return self.convert(self.val(u.src[0]), src, dst)
+
+  def convert(self, x: str, src: DType, dst: DType) -> str:
+    s, d = src.scalar, dst.scalar
+    sty, dty = reg_type(src), reg_type(dst)
+    if s is d: return x
+    if d is dtypes.bool:
+      if s.is_float(): return self.value(f"fcmp une {sty} {x}, zeroinitializer")
+      return self.value(f"icmp ne {sty} {x}, zeroinitializer")
+    if d is dtypes.bfloat16: return self.to_bf16(x, src)
+    if not s.is_float() and not d.is_float():  # ints and bool
+      if bits_of(s) == bits_of(d): return x
+      if bits_of(s) > bits_of(d): return self.value(f"trunc {sty} {x} to {dty}")
+      return self.value(f"{'sext' if is_signed(s) else 'zext'} {sty} {x} to {dty}")
+    if not s.is_float(): return self.value(f"{'sitofp' if is_signed(s) else 'uitofp'} {sty} {x} to {dty}")
+    if not d.is_float(): return self.value(f"{'fptosi' if is_signed(d) else 'fptoui'} {sty} {x} to {dty}")
+    if sty == dty: return x  # bfloat16 -> float32: already a float
+    widen = {"half": 16, "float": 32, "double": 64}
+    return self.value(f"{'fpext' if widen[sty] < widen[dty] else 'fptrunc'} {sty} {x} to {dty}")
+
+  def to_bf16(self, x: str, src: DType) -> str:
+    s, n = src.scalar, src.count
+    fty = reg_type(dtypes.float32.vec(n))
+    if s is dtypes.float64: return self.f64_to_bf16(x, n)
+    if s.is_float(): return self.round_bf16(self.convert(x, src, dtypes.float32.vec(n)), fty)
+    if bits_of(s) <= 16: return self.convert(x, src, dtypes.float32.vec(n))  # exact in float, and in bfloat16's range
+    # wider ints: to double (exact up to 53 bits), then rounded once
+    return self.f64_to_bf16(self.convert(x, src, dtypes.float64.vec(n)), n)
+
+  def bitcast(self, u: UOp) -> str:
+    src, dst = u.src[0].dtype, u.dtype
+    if src.itemsize != dst.itemsize or dtypes.bool in (src.scalar, dst.scalar):
+      raise self.fail(u, f"BITCAST from {src} to {dst}: sizes differ or bool has no bit layout")
+    bits = self.bits_of_value(self.val(u.src[0]), src)
+    sty, dty = self.bits_type(src), self.bits_type(dst)
+    if sty != dty: bits = self.value(f"bitcast {sty} {bits} to {dty}")
+    return self.bf16_from_bits(bits, dst) if dst.scalar is dtypes.bfloat16 else bits
+
+  def bits_type(self, dt: DType) -> str: return mem_type(dt) if dt.scalar is dtypes.bfloat16 else reg_type(dt)
+
+  def bits_of_value(self, x: str, dt: DType) -> str:
+    return self.bf16_to_bits(x, dt) if dt.scalar is dtypes.bfloat16 else x
+
+  # ---- ALU ----------------------------------------------------------------------------------------
+  def alu(self, u: UOp) -> str:
+    op, dt = u.op, u.src[0].dtype
+    if op in _COMPARE: return self.compare(op, u.src[0], u.src[1])
+    if op is Ops.WHERE:
+      return self.value(f"select {self.typed(u.src[0])}, {self.typed(u.src[1])}, {self.typed(u.src[2])}")
+    if op is Ops.NOT:
+      one = UOp.const(dt, 1) if dt.count == 1 else None
+      res = self.compare(Ops.CMPNE, u.src[0], one) if one is not None else self.value(
+        f"xor {self.typed(u.src[0])}, {_splat('true', reg_type(u.src[0].dtype))}")
+      return self.convert(res, dtypes.bool.vec(dt.count), u.dtype)
+    if op is Ops.MULACC:
+      prod = self.arith(Ops.MUL, dt, self.val(u.src[0]), self.val(u.src[1]), u=u)
+      return self.arith(Ops.ADD, dt, prod, self.val(u.src[2]), u=u)
+    if op is Ops.THREEFRY: return self.threefry(u)
+    if op in (Ops.FLOORDIV, Ops.FLOORMOD): return self.floor_divmod(u)
+    args = [self.val(s) for s in u.src]
+    if len(args) == 2 and op in (Ops.SHL, Ops.SHR) and u.src[1].dtype is not dt:
+      args[1] = self.convert(args[1], u.src[1].dtype, dt)
+    return self.arith(op, dt, *args, u=u)
+
+  def arith(self, op: Ops, dt: DType, *args: str, u: UOp) -> str:
+    ty = reg_type(dt)
+    s = dt.scalar
+    if s.is_float():
+      out = self.float_op(op, ty, args, u)
+      return self.round_bf16(out, ty) if s is dtypes.bfloat16 and op in _ROUNDING else out
+    if s is dtypes.bool and op in _BOOL_BINARY: return self.value(f"{_BOOL_BINARY[op]} {ty} {args[0]}, {args[1]}")
+    if op in _INT_BINARY: return self.value(f"{_INT_BINARY[op][0 if is_signed(s) else 1]} {ty} {args[0]}, {args[1]}", "alu")
+    if op is Ops.MAX:
+      gt = self.value(f"icmp {'sgt' if is_signed(s) else 'ugt'} {ty} {args[0]}, {args[1]}")
+      return self.value(f"select {_retype(ty, 'i1')} {gt}, {ty} {args[0]}, {ty} {args[1]}", "alu")
+    if op is Ops.NEG: return self.value(f"sub {ty} {_splat('0', ty)}, {args[0]}", "alu") if s is not dtypes.bool else args[0]
+    if op is Ops.TRUNC: return args[0]
+    raise self.fail(u, f"{op.name} is not defined on {dt}")
+
+  def float_op(self, op: Ops, ty: str, args: tuple[str, ...], u: UOp) -> str:
+    if op in _FLOAT_BINARY: return self.value(f"{_FLOAT_BINARY[op]} {ty} {args[0]}, {args[1]}", "alu")
+    if op is Ops.MAX: return self.intrinsic(ty, "maximum", [(ty, args[0]), (ty, args[1])], ty)
+    if op is Ops.NEG: return self.value(f"fneg {ty} {args[0]}", "alu")
+    if op is Ops.RECIP: return self.value(f"fdiv {ty} {_splat(_float_one(ty), ty)}, {args[0]}", "alu")
+    if op is Ops.TRUNC: return self.intrinsic(ty, "trunc", [(ty, args[0])], ty)
+    if op in _INTRINSIC: return self.transcendental(op, ty, args, u)
+    raise self.fail(u, f"{op.name} is not defined on floats")
+
+  def transcendental(self, op: Ops, ty: str, args: tuple[str, ...], u: UOp) -> str:
+    scalar = ty[1:-1].partition(" x ")[2] if ty.startswith("<") else ty
+    if self.amdgpu and scalar not in _AMDGPU_TRANSCENDENTALS.get(op, ()):
+      raise self.fail(u, f"{op.name} on {u.dtype} has no AMDGPU lowering within 2 ULP; it needs Instruction "
+                         "Selection's decomposition")
+    if scalar == "half" and not self.amdgpu:  # computed in float, rounded once
+      fty = _retype(ty, "float")
+      wide = [self.value(f"fpext {ty} {a} to {fty}") for a in args]
+      out = self.intrinsic(fty, _INTRINSIC[op], [(fty, a) for a in wide], fty)
+      return self.value(f"fptrunc {fty} {out} to {ty}", "alu")
+    return self.intrinsic(ty, _INTRINSIC[op], [(ty, a) for a in args], ty)
+
+  def compare(self, op: Ops, a: UOp, b: UOp) -> str:
+    signed, unsigned, ordered = _COMPARE[op]
+    ty = reg_type(a.dtype)
+    rhs = self.val(b)
+    if a.dtype.scalar.is_float(): return self.value(f"fcmp {ordered} {ty} {self.val(a)}, {rhs}", "alu")
+    return self.value(f"icmp {signed if is_signed(a.dtype) else unsigned} {ty} {self.val(a)}, {rhs}", "alu")
+
+  def floor_divmod(self, u: UOp) -> str:
+    """Floor division and modulo: truncating results adjusted by one when the remainder's sign differs."""
+    dt = u.src[0].dtype
+    ty = reg_type(dt)
+    a, b = self.val(u.src[0]), self.val(u.src[1])
+    if dt.scalar.is_float() or dt.scalar is dtypes.bool: raise self.fail(u, f"{u.op.name} is not defined on {dt}")
+    if not is_signed(dt): return self.value(f"{'udiv' if u.op is Ops.FLOORDIV else 'urem'} {ty} {a}, {b}", "alu")
+    q = self.value(f"sdiv {ty} {a}, {b}")
+    r = self.value(f"srem {ty} {a}, {b}")
+    sign = self.value(f"xor {ty} {r}, {b}")
+    differ = self.value(f"icmp slt {ty} {sign}, {_splat('0', ty)}")
+    nonzero = self.value(f"icmp ne {ty} {r}, {_splat('0', ty)}")
+    adjust = self.value(f"and {_retype(ty, 'i1')} {differ}, {nonzero}")
+    if u.op is Ops.FLOORDIV:
+      step = self.value(f"zext {_retype(ty, 'i1')} {adjust} to {ty}")
+      return self.value(f"sub {ty} {q}, {step}", "alu")
+    fixed = self.value(f"add {ty} {r}, {b}")
+    return self.value(f"select {_retype(ty, 'i1')} {adjust}, {ty} {fixed}, {ty} {r}", "alu")
+
+  def threefry(self, u: UOp) -> str:
+    """Threefry-2x32, 20 rounds, exactly as SPEC-NOTES states it, on the 32-bit halves of x and key."""
+    if u.dtype is not dtypes.uint64: raise self.fail(u, "THREEFRY is defined on uint64")
+    halves = []
+    for s in u.src[:2]:
+      lo = self.value(f"trunc i64 {self.val(s)} to i32")
+      hi = self.value(f"trunc i64 {self.value(f'lshr i64 {self.val(s)}, 32')} to i32")
+      halves.append((lo, hi))
+    (x0, x1), (k0, k1) = halves
+    ks = (k1, self.value(f"xor i32 {self.value(f'xor i32 {k0}, {k1}')}, 466688986"), k0)
+    x = [self.value(f"add i32 {x0}, {ks[2]}"), self.value(f"add i32 {x1}, {ks[0]}")]
+    for i in range(5):
+      for r in THREEFRY_ROTATIONS[i % 2]:
+        x[0] = self.value(f"add i32 {x[0]}, {x[1]}")
+        rot = self.value(f"or i32 {self.value(f'shl i32 {x[1]}, {r}')}, {self.value(f'lshr i32 {x[1]}, {32 - r}')}")
+        x[1] = self.value(f"xor i32 {x[0]}, {rot}")
+      x[0] = self.value(f"add i32 {x[0]}, {ks[i % 3]}")
+      x[1] = self.value(f"add i32 {self.value(f'add i32 {x[1]}, {ks[(i + 1) % 3]}')}, {i + 1}")
+    hi = self.value(f"shl i64 {self.value(f'zext i32 {x[1]} to i64')}, 32")
+    return self.value(f"or i64 {hi}, {self.value(f'zext i32 {x[0]} to i64')}", "alu")
+
+
+_ALU_OPS = frozenset({Ops.RECIP, Ops.TRUNC, Ops.ADD, Ops.MUL, Ops.MAX, Ops.MOD, Ops.IDIV, Ops.CMPLT, Ops.CMPNE,
+                      Ops.XOR, Ops.OR, Ops.AND, Ops.SHR, Ops.SHL, Ops.WHERE, Ops.NEG, Ops.SUB, Ops.DIV, Ops.CMPGT,
+                      Ops.CMPGE, Ops.CMPLE, Ops.CMPEQ, Ops.NOT, Ops.EXP2, Ops.LOG2, Ops.SIN, Ops.SQRT, Ops.POW,
+                      Ops.MULACC, Ops.THREEFRY, Ops.FLOORDIV, Ops.FLOORMOD})
+
+_HANDLERS: dict[Ops, Callable[[_Kernel, UOp], str | None]] = {
+  Ops.PARAM: _Kernel.param, Ops.DEFINE_VAR: _Kernel.define_var, Ops.CONST: _Kernel.const, Ops.BUFFER: _Kernel.buffer,
+  Ops.RANGE: _Kernel.range_, Ops.END: _Kernel.end, Ops.SPECIAL: _Kernel.special, Ops.IF: _Kernel.if_,
+  Ops.ENDIF: _Kernel.endif, Ops.BARRIER: _Kernel.barrier, Ops.AFTER: _Kernel.passthrough, Ops.BIND: _Kernel.bind,
+  Ops.INDEX: _Kernel.index, Ops.LOAD: _Kernel.load, Ops.STORE: _Kernel.store, Ops.ATOMICADD: _Kernel.atomic_add,
+  Ops.STACK: _Kernel.stack, Ops.GEP: _Kernel.gep, Ops.CAST: _Kernel.cast, Ops.BITCAST: _Kernel.bitcast,
+}
+
+
+def render_kernel(linear: UOp, name: str, target: str = "host", arch: str | None = None,
+                  loc_of: Callable[[UOp], Loc | None] = lambda u: None) -> RenderedKernel:
+  """The LLVM IR of one kernel: its LDS globals and intrinsic declarations, then the function.
+  `render_module` joins kernels into a module."""
+  if linear.op is not Ops.LINEAR: raise ValueError(f"render_kernel takes a LINEAR UOp, not {linear.op.name}")
+  if target == "amdgcn" and (arch or AMD_ARCHS[0]) not in AMD_ARCHS:
+    raise CompileError([error(None, f"unknown AMD arch '{arch}'", f"known: {', '.join(AMD_ARCHS)}")])
+  return RenderedKernel(name, _Kernel(linear, name, target, arch, loc_of).render(), kernel_params(linear))
+
+
+def render_module(kernels, target: str = "host", arch: str | None = None, module_id: str = "uopc") -> str:
+  """A whole LLVM module: the target's triple and data layout, then each kernel's text, declarations
+  shared by several kernels written once."""
+  from uopc.targets.llvm.compile import target_machine
+  tm = target_machine(target, arch)
+  declares, body = set(), []
+  for k in kernels:
+    lines = k.source.splitlines()
+    declares.update(line for line in lines if line.startswith("declare "))
+    body.append("\n".join(line for line in lines if not line.startswith("declare ")))
+  flags = []
+  if target == "amdgcn":
+    flags = ["!llvm.module.flags = !{!0}", '!0 = !{i32 1, !"amdhsa_code_object_version", i32 500}']
+  return "\n".join([f"; ModuleID = '{module_id}'", f'target datalayout = "{tm.target_data}"',
+                    f'target triple = "{tm.triple}"', "", *sorted(declares), "", "\n".join(body), *flags]) + "\n"
