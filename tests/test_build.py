@@ -254,6 +254,14 @@ def test_tensor_level_entries_are_refused_at_their_line(tmp_path):
   assert not (tmp_path / "out").exists()
 
 
+@needs_front_end
+def test_a_file_without_entries_is_an_error(tmp_path):
+  src = tmp_path / "empty.uop"
+  src.write_text("# nothing here\n")
+  r = uopc(src, "-o", tmp_path / "out")
+  assert r.exit_code == 1 and f"uopc: error: {src} has no entries: nothing to build" in r.stderr
+
+
 def test_unknown_stage_is_a_usage_error_listing_stages(tmp_path):
   r = uopc(SAXPY, "-o", tmp_path, "--print-after", "vectorize")
   assert r.exit_code == 2

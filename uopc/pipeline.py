@@ -100,6 +100,7 @@ def _refuse_tensor_entries(module: Module, stages: Sequence[Stage]) -> None:
 
 def compile_module(module: Module, target: str, lib_name: str, opts: PrintOptions = PrintOptions()) -> list[EntryKernels]:
   """Every entry of `module` lowered through `target`'s pipeline to its rendered kernels."""
+  if not module.entries: raise CompileError([error(None, f"{module.path} has no entries: nothing to build")])
   stages = PIPELINES[target]
   _refuse_tensor_entries(module, stages)
   kernel_stages = [s for s in stages if s.name not in TENSOR_STAGES]
