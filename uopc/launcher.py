@@ -48,7 +48,8 @@ C_TYPES: dict[DType, str] = {
 
 STATUS = (("UOPC_OK", "success"), ("UOPC_ERR_NULL_POINTER", "a buffer argument is NULL"),
           ("UOPC_ERR_VAR_RANGE", "a size argument is outside the [min, max] range the program declares"),
-          ("UOPC_ERR_ALIASED", "a written buffer is also passed as another buffer argument"))
+          ("UOPC_ERR_ALIASED", "a written buffer is also passed as another buffer argument"),
+          ("UOPC_ERR_NO_MEMORY", "the workspace could not be allocated"))
 
 # names a parameter may not take in a header that must compile as C and as C++
 _RESERVED = frozenset("""alignas alignof and and_eq asm auto bitand bitor bool break case catch char char16_t
@@ -60,11 +61,21 @@ _RESERVED = frozenset("""alignas alignof and and_eq asm auto bitand bitor bool b
 
 
 @dataclass(frozen=True)
+class Workspace:
+  """The intermediate buffers of a multi-kernel entry (from the memory plan): each is the kernel
+  buffer slot `slot`, placed at byte `offset` of one workspace of `size` bytes."""
+  size: int
+  offsets: tuple[tuple[int, int], ...]  # (slot, offset)
+
+
+@dataclass(frozen=True)
 class EntryKernels:
   """One exported entry and the kernels it runs, in order. A kernel is RenderedKernel-shaped:
-  `.name`, `.source` (C defining `void NAME(...)`) and `.params` (KernelParam-shaped, in signature order)."""
+  `.name`, `.source` (C defining `void NAME(...)`) and `.params` (KernelParam-shaped, in signature order).
+  With a workspace, the entry also gets `_with_workspace` and `_workspace_size` variants."""
   name: str
   kernels: tuple[Any, ...]
+  workspace: Workspace | None = None
 
 
 @dataclass(frozen=True)
@@ -111,8 +122,10 @@ def _arg_of(p) -> EntryArg:
 def entry_args(entry: EntryKernels) -> list[EntryArg]:
   """The entry's C arguments: every buffer slot of its kernels by slot, then every DEFINE_VAR by name."""
   merged: dict[tuple, EntryArg] = {}
+  internal = {slot for slot, _ in entry.workspace.offsets} if entry.workspace else set()
   for k in entry.kernels:
     for p in k.params:
+      if p.kind == "buffer" and p.slot in internal: continue
       a = _arg_of(p)
       merged[(a.kind, a.key)] = _merge(merged.get((a.kind, a.key)), a)
   ordered = sorted((a for a in merged.values() if a.kind == "buffer"), key=lambda a: a.key) + \
@@ -137,8 +150,20 @@ def _c_param(a: EntryArg) -> str:
   return f"{'' if a.written else 'const '}{C_TYPES[a.dtype]}* {a.c_name}"
 
 
-def _prototype(prefix: str, entry: EntryKernels, args: list[EntryArg]) -> str:
-  return f"int {prefix}_{entry.name}({', '.join(_c_param(a) for a in args) or 'void'})"
+def _prototype(prefix: str, entry: EntryKernels, args: list[EntryArg], suffix: str = "", extra: tuple[str, ...] = ()) -> str:
+  return f"int {prefix}_{entry.name}{suffix}({', '.join([_c_param(a) for a in args] + list(extra)) or 'void'})"
+
+
+_WS_PARAM = "void* workspace"
+
+
+def _prototypes(prefix: str, entry: EntryKernels) -> list[str]:
+  """The entry's public declarations: with a workspace, also the caller-provided-workspace variant
+  (WORKSPACE must hold PREFIX_ENTRY_workspace_size() bytes, 64-byte aligned) and the size query."""
+  args = entry_args(entry)
+  if entry.workspace is None: return [_prototype(prefix, entry, args)]
+  return [_prototype(prefix, entry, args), _prototype(prefix, entry, args, "_with_workspace", (_WS_PARAM,)),
+          f"size_t {prefix}_{entry.name}_workspace_size(void)"]
 
 
 # ---- the header ------------------------------------------------------------------------------------------
@@ -193,7 +218,7 @@ def render_header(name: str, entries: Sequence[EntryKernels]) -> str:
   """NAME.h: valid C99 and C++11, parsable by pycparser after preprocessing."""
   prefix = c_identifier(name)
   guard = f"UOPC_{prefix.upper()}_H"
-  protos = "\n".join(f"{_prototype(prefix, e, entry_args(e))};" for e in entries)
+  protos = "\n".join(f"{p};" for e in entries for p in _prototypes(prefix, e))
   return f"""{_header_comment(name, prefix)}
 #ifndef {guard}
 #define {guard}
@@ -240,10 +265,14 @@ def _checks(args: list[EntryArg]) -> list[str]:
   return lines
 
 
-def _kernel_call(kname: str, kernel, by_key: dict[tuple, EntryArg]) -> str:
-  """Pointers go through void* so the wrapper need not spell the renderer's element types."""
+def _kernel_call(kname: str, kernel, by_key: dict[tuple, EntryArg], offsets: dict[int, int]) -> str:
+  """Pointers go through void* so the wrapper need not spell the renderer's element types;
+  an intermediate buffer is its offset into the workspace."""
   actual = []
   for p in kernel.params:
+    if p.kind == "buffer" and p.slot in offsets:
+      actual.append(f"(void*)((unsigned char*)workspace + {offsets[p.slot]})")
+      continue
     a = by_key[("buffer", p.slot) if p.kind == "buffer" else ("var", p.name)]
     actual.append(a.c_name if a.kind == "var" else f"({'' if p.written else 'const '}void*){a.c_name}")
   return f"  {kname}({', '.join(actual)});"
@@ -252,8 +281,21 @@ def _kernel_call(kname: str, kernel, by_key: dict[tuple, EntryArg]) -> str:
 def _wrapper(prefix: str, entry: EntryKernels) -> str:
   args = entry_args(entry)
   by_key = {(a.kind, a.key): a for a in args}
-  calls = [_kernel_call(kernel_name(prefix, entry.name, i), k, by_key) for i, k in enumerate(entry.kernels)]
-  return "\n".join([f"{_prototype(prefix, entry, args)} {{", *_checks(args), *calls, "  return UOPC_OK;", "}"])
+  offsets = dict(entry.workspace.offsets) if entry.workspace else {}
+  calls = [_kernel_call(kernel_name(prefix, entry.name, i), k, by_key, offsets) for i, k in enumerate(entry.kernels)]
+  if entry.workspace is None:
+    return "\n".join([f"{_prototype(prefix, entry, args)} {{", *_checks(args), *calls, "  return UOPC_OK;", "}"])
+  fn, size = f"{prefix}_{entry.name}", entry.workspace.size
+  forward = ", ".join([a.c_name for a in args] + ["workspace"])
+  return "\n".join([
+    f"size_t {fn}_workspace_size(void) {{ return {size}; }}",
+    f"{_prototype(prefix, entry, args, '_with_workspace', (_WS_PARAM,))} {{", *_checks(args),
+    "  if (workspace == NULL) return UOPC_ERR_NULL_POINTER;", *calls, "  return UOPC_OK;", "}",
+    f"{_prototype(prefix, entry, args)} {{",
+    f"  void* workspace = malloc({size});",  # a fresh workspace per call keeps concurrent calls apart
+    "  if (workspace == NULL) return UOPC_ERR_NO_MEMORY;",
+    f"  int status = {fn}_with_workspace({forward});",
+    "  free(workspace);", "  return status;", "}"])
 
 
 def _c_string(s: str) -> str:
@@ -299,7 +341,7 @@ int {prefix}_find_entry(const char* name) {{
 
 def _check_names(prefix: str, entries: Sequence[EntryKernels]) -> None:
   """Entry names become C identifiers; two entries, or an entry and a kernel, must not share one."""
-  public = [f"{prefix}_{e.name}" for e in entries] + [f"{prefix}_{f}" for f in ("strerror", "num_entries", "entry_info", "find_entry")]
+  public = [f"{prefix}_{e.name}{v}" for e in entries for v in ("", "_with_workspace", "_workspace_size")] + [f"{prefix}_{f}" for f in ("strerror", "num_entries", "entry_info", "find_entry")]
   private = [kernel_name(prefix, e.name, i) for e in entries for i in range(len(e.kernels))]
   names = public + private
   bad = [e.name for e in entries if not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", e.name)]
@@ -316,6 +358,7 @@ def render_source(name: str, entries: Sequence[EntryKernels], prelude: str) -> s
   wrappers = "\n\n".join(_wrapper(prefix, e) for e in entries)
   return f"""/* {name}.c: generated by uopc; do not edit. Build: cc -O3 -fPIC -shared -fvisibility=hidden {name}.c -o lib{name}.so */
 {render_header(name, entries)}
+#include <stdlib.h>
 #include <string.h>
 
 {prelude.strip()}
