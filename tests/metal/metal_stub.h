@@ -5,9 +5,6 @@
 //
 // What the check catches:
 // - C++ syntax errors, undeclared names, unused variables (-Wall), wrong argument counts;
-// - address-space mix-ups between `device` and `constant` memory and plain (thread) memory:
-//   `device` and `constant` are clang address spaces, so storing a `device float*` into a
-//   `float*` or casting it to `constant float*` without saying so is an error, as in Metal;
 // - attributes: `[[buffer(n)]]`, `[[threadgroup_position_in_grid]]` and friends are macros that
 //   become `clang::annotate(...)`, so a misspelled attribute is still an unknown attribute (an error);
 // - `as_type<T>(x)` between types of different sizes (a static_assert, as Metal's compiler says);
@@ -17,11 +14,11 @@
 //   needs select()), nor does an implicit conversion between vector types.
 //
 // What it does not catch (Metal's own compiler on macOS does):
-// - `threadgroup` is an empty macro: clang rejects address-space qualified automatic variables in
-//   C++, and threadgroup arrays are declared inside the kernel body as in Metal, so threadgroup
-//   pointers are unchecked plain pointers here;
-// - `half` and `bfloat` are 2-byte classes that convert to and from float, so mixed half/float
-//   arithmetic is accepted where Metal's promotion rules may pick another type; Metal's literal
+// - address spaces: `device`, `constant`, `threadgroup` and `thread` are empty macros. (clang's
+//   address_space attribute would check them, but C++ classes, which half and the vectors are here,
+//   cannot be assigned or copied in a non-default address space.) Their placement is still parsed;
+// - `half` and `bfloat` are 2-byte classes that convert to and from float, with their own + - * /;
+//   a mixed half/float operation is ambiguous here (Metal computes it in float); Metal's literal
 //   suffixes (1.0h) do not exist here (uopc writes half(1.0f) instead);
 // - integer promotion: C++ and Metal agree (char + char is int), which the renderer relies on;
 // - attribute placement and argument-table rules, function-constant and resource limits, and the
@@ -29,8 +26,8 @@
 #pragma once
 
 #define kernel extern "C"
-#define device __attribute__((address_space(1)))
-#define constant __attribute__((address_space(2)))
+#define device
+#define constant
 #define threadgroup
 #define thread
 
@@ -55,6 +52,12 @@ template <int Kind> struct float16_storage {  // Kind 0: IEEE half, 1: bfloat
   float16_storage() = default;
   float16_storage(float);
   operator float() const;
+  // half op half is half in Metal (a mixed half/float operation is ambiguous here: uopc writes none)
+  friend float16_storage operator+(float16_storage, float16_storage);
+  friend float16_storage operator-(float16_storage, float16_storage);
+  friend float16_storage operator*(float16_storage, float16_storage);
+  friend float16_storage operator/(float16_storage, float16_storage);
+  friend float16_storage operator-(float16_storage);
 };
 typedef float16_storage<0> half;
 typedef float16_storage<1> bfloat;
