@@ -7,6 +7,7 @@ stay quiet, and every error of the file is reported together.
 from __future__ import annotations
 
 import re
+from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
@@ -25,6 +26,7 @@ _C_KEYWORDS = frozenset("""auto break case char const continue default do double
   inline int long register restrict return short signed sizeof static struct switch typedef union unsigned void
   volatile while main""".split())
 _OP_PREFIXES = ("UOps.", "Ops.")
+_op_named = lru_cache(maxsize=None)(op_by_name)  # a file names few distinct ops: keep statements O(1) and cheap
 
 
 class Poisoned(Exception):
@@ -105,14 +107,14 @@ class EntryBuilder:
     for prefix in _OP_PREFIXES: name = name.removeprefix(prefix)
     rule = legacy.RULES.get(name)
     if rule is not None and (u := rule(self, srcs, arg, s.dtype, loc)) is not None: return u
-    op = op_by_name(name)
+    op = _op_named(name)
     if op is None: raise StmtError(error(Loc(self.module.path, s.line, s.op_col), f"unknown op '{s.opname}'"))
     return self.uop(op, srcs, arg, s.dtype, loc)
 
   def _operands(self, s: Stmt, loc: Loc) -> tuple[UOp, ...]:
     refs = [self._ref(o) for o in s.operands if isinstance(o, Ref)]
     if any(r is None for r in refs): raise Poisoned()
-    lit_dtype = _literal_dtype(s.opname, refs)
+    lit_dtype = _literal_dtype(s.opname, refs, s.dtype) if len(refs) < len(s.operands) else None
     out = []
     for o in s.operands:
       if isinstance(o, Ref): out.append(self.values[o.name])
@@ -178,11 +180,15 @@ class EntryBuilder:
 def _has_bad(arg: Any) -> bool: return isinstance(arg, tuple) and any(a is BAD or _has_bad(a) for a in arg)
 
 
-def _literal_dtype(opname: str, refs: list[UOp]) -> DType:
+def _literal_dtype(opname: str, refs: list[UOp], written: DType | None) -> DType:
   """An inline number takes the scalar dtype of the op's first %-operand (WHERE: skip the condition);
-  index when there is none or it is a pointer (an offset)."""
-  values = refs[1:] if op_by_name(opname) is Ops.WHERE else refs
-  if not values or values[0].dtype.is_ptr(): return dtypes.index
+  after a pointer it is an offset for INDEX, else a value of the pointee. With no %-operand it takes
+  the written value dtype (`DEFINE_ACC(0.0) : f32`), else `index` (`RANGE(16)`)."""
+  op = _op_named(opname)
+  values = refs[1:] if op is Ops.WHERE else refs
+  if not values:
+    return written.scalar if written is not None and not written.is_ptr() and written is not dtypes.void else dtypes.index
+  if values[0].dtype.is_ptr(): return dtypes.index if op is Ops.INDEX else values[0].dtype.base.scalar
   return values[0].dtype.scalar
 
 
