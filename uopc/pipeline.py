@@ -2,8 +2,8 @@
 
 Seed 000's stages, in order, are callify, rangeify, optimize, expand, isel, linearize, plan and
 render. Only the stages that exist are listed; a stage joins its target's list when it lands.
-Tensor-level stages (callify, rangeify) run on `func` entries only; `kernel` entries start at the
-first kernel-level stage. Every kernel-level stage maps one kernel to one kernel: `run(value, name)`,
+Tensor-level stages (callify, rangeify, and plan, which places the intermediates of a whole
+program) run on `func` entries only; `kernel` entries start at the first kernel-level stage. Every kernel-level stage maps one kernel to one kernel: `run(value, name)`,
 where `name` is the C name the kernel gets, and the value is a UOp until render makes it a
 RenderedKernel.
 """
@@ -18,7 +18,7 @@ from uopc.module import Module
 from uopc.uop import UOp
 
 SEED_STAGES = ("callify", "rangeify", "optimize", "expand", "isel", "linearize", "plan", "render")
-TENSOR_STAGES = frozenset({"callify", "rangeify"})
+TENSOR_STAGES = frozenset({"callify", "rangeify", "plan"})
 
 
 @dataclass(frozen=True)
@@ -29,6 +29,21 @@ class Stage:
 
 # Stages import their modules when they run, so that listing the pipeline (for --help and option
 # checking) does not load every pass.
+def _callify(sink: UOp, name: str) -> UOp:
+  from uopc.stages.callify import callify
+  return callify(sink)
+
+
+def _rangeify(sink: UOp, name: str):
+  from uopc.stages.rangeify import rangeify
+  return rangeify(sink)
+
+
+def _plan(program, name: str):
+  from uopc.stages.plan import plan
+  return plan(program)
+
+
 def _linearize(sink: UOp, name: str) -> UOp:
   from uopc.stages.linearize import linearize
   return linearize(sink)
@@ -40,7 +55,8 @@ def _render_c(linear: UOp, name: str):
 
 
 PIPELINES: dict[str, tuple[Stage, ...]] = {
-  "c": (Stage("linearize", _linearize), Stage("render", _render_c)),
+  "c": (Stage("callify", _callify), Stage("rangeify", _rangeify), Stage("linearize", _linearize), Stage("plan", _plan),
+        Stage("render", _render_c)),
 }
 
 
@@ -71,6 +87,7 @@ def _show(value: Any, names: Mapping[UOp, str]) -> str:
   if isinstance(value, UOp):
     from uopc.frontend import print_uops
     return print_uops(value, dict(names))
+  if hasattr(value, "format"): return value.format()  # a KernelProgram or a Schedule
   return value.source  # a RenderedKernel
 
 
@@ -106,5 +123,16 @@ def compile_module(module: Module, target: str, lib_name: str, opts: PrintOption
   kernel_stages = [s for s in stages if s.name not in TENSOR_STAGES]
   prefix = c_identifier(lib_name)
   opts = replace(opts, names=module.names)
-  return [EntryKernels(e.name, (run_kernel_stages(kernel_stages, e.sink, kernel_name(prefix, e.name, 0), opts),))
+  return [_compile_tensor_entry(stages, e.sink, prefix, e.name, opts) if e.kind == "func" else
+          EntryKernels(e.name, (run_kernel_stages(kernel_stages, e.sink, kernel_name(prefix, e.name, 0), opts),))
           for e in module.entries]
+
+
+def _compile_tensor_entry(stages: Sequence[Stage], sink: UOp, prefix: str, entry: str, opts: PrintOptions) -> EntryKernels:
+  """callify, rangeify and plan on the whole program, the kernel-level stages on each of its kernels."""
+  from uopc.launcher import Workspace
+  schedule = run_kernel_stages([s for s in stages if s.name in TENSOR_STAGES], sink, entry, opts)
+  kernel_stages = [s for s in stages if s.name not in TENSOR_STAGES]
+  kernels = tuple(run_kernel_stages(kernel_stages, k, kernel_name(prefix, entry, i), opts) for i, k in enumerate(schedule.kernels))
+  workspace = Workspace(schedule.workspace_size, tuple((p.buffer.slot, p.offset) for p in schedule.placements))
+  return EntryKernels(entry, kernels, workspace if schedule.placements else None)
