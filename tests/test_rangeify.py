@@ -77,11 +77,8 @@ def run_kernels(prog, arrays: dict, variables: dict | None = None) -> dict:
   """Run a KernelProgram: entry buffers from `arrays` (flattened views), intermediates zero-filled."""
   variables = variables or {}
   def size(b): return int(np.prod([d if isinstance(d, int) else variables[d.arg[0]] for d in b.shape]))
-  flat = {b.name: arrays[b.name].reshape(-1) if b.slot is not None else np.zeros(size(b), np_dtype(b.dtype)) for b in prog.buffers}
-  for call in prog.calls:
-    params = {u.arg[0]: u for u in call.sink.toposort() if u.op is Ops.PARAM}
-    memory = {params[slot].arg[1]: flat[name] for slot, name in enumerate(call.buffers)}
-    KernelInterpreter(memory, variables).ev(call.sink)
+  flat = {b.name: arrays[b.name].reshape(-1) if b.is_arg else np.zeros(size(b), np_dtype(b.dtype)) for b in prog.buffers}
+  for kernel in prog.kernels: KernelInterpreter(flat, variables).ev(kernel)
   return arrays
 
 
@@ -152,31 +149,31 @@ def test_elementwise_chain_is_one_kernel(shape):
   x, y, out = param(0, "x", shape), param(1, "y", shape), param(2, "out", shape)
   v = x.alu(Ops.MUL, y).alu(Ops.ADD, const(1.0)).alu(Ops.MAX, const(0.0)).alu(Ops.SUB, y.alu(Ops.MUL, const(0.5)))
   prog = check(sink(store(out, v)))
-  assert len(prog.calls) == 1 and not prog.intermediates
+  assert len(prog.kernels) == 1 and not prog.intermediates
 
 
 def test_broadcast_scalar_and_row():
   x, row, out = param(0, "x", (3, 4)), param(1, "row", (4,)), param(2, "out", (3, 4))
-  assert len(check(sink(store(out, x.alu(Ops.ADD, row).alu(Ops.MUL, const(2.0)))) ).calls) == 1
+  assert len(check(sink(store(out, x.alu(Ops.ADD, row).alu(Ops.MUL, const(2.0)))) ).kernels) == 1
 
 
 @pytest.mark.parametrize("n,m", [(4, 8), (3, 5), (1, 1), (2, 9)])
 def test_softmax_is_at_most_three_kernels(n, m):
   prog = check(softmax_program(n, m))
-  assert len(prog.calls) <= 3
+  assert len(prog.kernels) <= 3
 
 
 @pytest.mark.parametrize("mkn", [(2, 3, 4), (5, 1, 3), (1, 7, 1), (4, 4, 4)])
 def test_gemm_is_one_kernel(mkn):
   prog = check(gemm_program(*mkn))
-  assert len(prog.calls) == 1
-  ranges = [u for u in prog.calls[0].sink.toposort() if u.op is Ops.RANGE]
+  assert len(prog.kernels) == 1
+  ranges = [u for u in prog.kernels[0].toposort() if u.op is Ops.RANGE]
   assert sum(r.arg[1] is AxisType.REDUCE for r in ranges) == (mkn[1] > 1)
 
 
 @pytest.mark.parametrize("n", [1, 2, 5, 8])
 def test_prefix_sum(n):
-  assert len(check(prefix_sum_program(n)).calls) == 1
+  assert len(check(prefix_sum_program(n)).kernels) == 1
 
 
 def test_movement_ops():
@@ -199,21 +196,21 @@ def test_reduce_feeding_reduce_and_full_reduce():
   x, out, tot = param(0, "x", (3, 4, 5)), param(1, "out", (3, 1, 1)), param(2, "tot", (1,))
   inner = reduce(x, Ops.ADD, (2,))
   prog = check(sink(store(out, reduce(inner, Ops.MAX, (1,))), store(tot, reshape(reduce(x, Ops.MUL, (0, 1, 2)), (1,)))))
-  assert len(prog.calls) == 2
+  assert len(prog.kernels) == 2
 
 
 def test_reduce_read_twice_is_realized_once():
   x, o1, o2 = param(0, "x", (4, 6)), param(1, "o1", (4, 1)), param(2, "o2", (4, 1))
   s = reduce(x, Ops.ADD, (1,))
   prog = check(sink(store(o1, s.alu(Ops.MUL, const(2.0))), store(o2, s.alu(Ops.ADD, const(1.0)))))
-  assert len(prog.calls) == 3 and len(prog.intermediates) == 1
+  assert len(prog.kernels) == 3 and len(prog.intermediates) == 1
 
 
 def test_contiguous_forces_a_buffer():
   x, out = param(0, "x", (4,)), param(1, "out", (4,))
   c = UOp(Ops.CONTIGUOUS, f32, (x.alu(Ops.ADD, const(1.0)),))
   prog = check(sink(store(out, c.alu(Ops.MUL, c))))
-  assert len(prog.calls) == 2 and len(prog.intermediates) == 1
+  assert len(prog.kernels) == 2 and len(prog.intermediates) == 1
 
 
 def test_stack_and_gather():

@@ -37,29 +37,32 @@ from uopc.uop import UOp, shape_values, sint
 
 @dataclass(frozen=True)
 class BufferInfo:
-  """A buffer of the program: an entry argument (`slot` set) or an intermediate (`slot` None)."""
+  """A buffer of the program. Entry arguments keep their PARAM slot; intermediates get the slots
+  after the last argument's. A kernel's pointer PARAM carries the slot of the buffer it is bound to."""
   name: str
   dtype: DType
   shape: tuple[sint, ...]
-  slot: int | None = None
-
-
-@dataclass(frozen=True)
-class KernelCall:
-  """One kernel run: its kernel-level SINK and, per pointer PARAM slot, the program buffer it gets."""
-  sink: UOp
-  buffers: tuple[str, ...]
+  slot: int
+  is_arg: bool
 
 
 @dataclass(frozen=True)
 class KernelProgram:
-  calls: tuple[KernelCall, ...]
+  kernels: tuple[UOp, ...]     # kernel-level SINKs, in run order
   buffers: tuple[BufferInfo, ...]
-  variables: tuple[UOp, ...]  # the DEFINE_VARs: run-time sizes, passed to every kernel that uses them
+  variables: tuple[UOp, ...]   # the DEFINE_VARs: run-time sizes, passed to every kernel that uses them
 
   def buffer(self, name: str) -> BufferInfo: return next(b for b in self.buffers if b.name == name)
   @property
-  def intermediates(self) -> tuple[BufferInfo, ...]: return tuple(b for b in self.buffers if b.slot is None)
+  def intermediates(self) -> tuple[BufferInfo, ...]: return tuple(b for b in self.buffers if not b.is_arg)
+
+  def format(self) -> str:
+    """The kernel split, for `--print-after rangeify`: the buffers, then each kernel's IR."""
+    from uopc.frontend import print_uops
+    lines = [f"# {len(self.kernels)} kernel(s)"]
+    lines += [f"# slot {b.slot} {b.name}: {b.dtype}{list(b.shape)} {'argument' if b.is_arg else 'intermediate'}" for b in self.buffers]
+    for i, k in enumerate(self.kernels): lines += [f"# kernel {i}", print_uops(k).rstrip("\n")]
+    return "\n".join(lines) + "\n"
 
 
 # ---- index arithmetic (built plainly; `symbolic.simplify` folds each finished kernel) ---------------
@@ -195,22 +198,16 @@ def _identity(op: Ops, dt: DType):
 
 
 class _Kernel:
-  """Builds one kernel: its pointer PARAMs (slot order = first use, the output first), RANGE axes,
-  accumulators, and the memoized lowering of tensor values at an index."""
+  """Builds one kernel: its RANGE axes, accumulators, and the memoized lowering of tensor values at an index."""
 
   def __init__(self, program: "_Rangeify"):
     self.program = program
-    self.buffers: list[str] = []
-    self.ptrs: dict[str, UOp] = {}
     self.n_axes = 0
     self.n_regs = 0
     self.memo: dict[tuple, UOp] = {}
 
-  def ptr(self, buf: BufferInfo) -> UOp:
-    if buf.name not in self.ptrs:
-      self.ptrs[buf.name] = UOp(Ops.PARAM, buf.dtype.ptr(), (), (len(self.buffers), buf.name))
-      self.buffers.append(buf.name)
-    return self.ptrs[buf.name]
+  @staticmethod
+  def ptr(buf: BufferInfo) -> UOp: return UOp(Ops.PARAM, buf.dtype.ptr(), (), (buf.slot, buf.name))
 
   def new_range(self, bound: sint, kind: AxisType) -> UOp:
     self.n_axes += 1
@@ -328,23 +325,27 @@ class _Rangeify:
   def __init__(self, sink: UOp):
     self.buffers: dict[str, BufferInfo] = {}
     self.buffer_of: dict[UOp, BufferInfo] = {}
-    self.calls: list[KernelCall] = []
+    self.kernels: list[UOp] = []
+    graph = sink.toposort()
+    params = [u for u in graph if u.op is Ops.PARAM]
+    self.next_slot = self.first_temp_slot = max((p.arg[0] + 1 for p in params), default=0)
+    for p in params: self.buffer_of[p] = self.declare(p.arg[1], p.dtype, p.shape, p.arg[0])
+    for b in (u for u in graph if u.op is Ops.BUFFER): self.buffer_of[b] = self.declare(b.arg[1], b.dtype, b.shape)
     order = _order(sink)
-    for u in sink.toposort():
-      if u.op in GroupOp.Buffers: self.buffer_of[u] = self.declare(u.arg[1], u.dtype, u.shape, u.arg[0] if u.op is Ops.PARAM else None)
     realized = _realized(order)
     for u in order:
       if u.op is Ops.STORE: self.store_kernel(u)
       elif u in realized:
-        buf = self.declare(self.fresh_name(), u.dtype, u.shape, None)
+        buf = self.declare(self.fresh_name(), u.dtype, u.shape)
         self.kernel(buf, u, None, realize=True)
         self.buffer_of[u] = buf
     self.variables = tuple(sorted((u for u in sink.toposort() if u.op is Ops.DEFINE_VAR), key=lambda v: v.arg[0]))
 
-  def declare(self, name: str, dtype: DType, shape, slot: int | None) -> BufferInfo:
-    if name in self.buffers and self.buffers[name] != BufferInfo(name, dtype, shape, slot):
-      raise CompileError([error(None, f"two different buffers are named '{name}'")])
-    self.buffers[name] = BufferInfo(name, dtype, shape, slot)
+  def declare(self, name: str, dtype: DType, shape, slot: int | None = None) -> BufferInfo:
+    """An entry argument (at its slot) or an intermediate (at the next free slot)."""
+    if name in self.buffers: raise CompileError([error(None, f"two different buffers are named '{name}'")])
+    if slot is None: slot, self.next_slot = self.next_slot, self.next_slot + 1
+    self.buffers[name] = BufferInfo(name, dtype, shape, slot, slot < self.first_temp_slot)
     return self.buffers[name]
 
   def fresh_name(self) -> str:
@@ -368,10 +369,10 @@ class _Rangeify:
     if gate is not None: srcs += (k.lower(gate, _broadcast_index(idx, gate.shape, out.shape), None),)
     body = UOp(Ops.STORE, dtypes.void, srcs)
     for r in reversed([i for i in idx if i.op is Ops.RANGE]): body = UOp(Ops.END, dtypes.void, (body, r))
-    self.calls.append(KernelCall(simplify(UOp(Ops.SINK, dtypes.void, (body,))), tuple(k.buffers)))
+    self.kernels.append(simplify(UOp(Ops.SINK, dtypes.void, (body,))))
 
 
 def rangeify(sink: UOp) -> KernelProgram:
   """Split a callified tensor program into kernels (see the module docstring)."""
   r = _Rangeify(sink)
-  return KernelProgram(tuple(r.calls), tuple(r.buffers.values()), r.variables)
+  return KernelProgram(tuple(r.kernels), tuple(sorted(r.buffers.values(), key=lambda b: b.slot)), r.variables)
