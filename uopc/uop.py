@@ -139,13 +139,15 @@ def _shape(u: UOp) -> tuple[sint, ...] | None:
   if op in (Ops.RESHAPE, Ops.EXPAND): return shape_values(src[1]) if len(src) > 1 else None
   if op in (Ops.PAD, Ops.SHRINK): return shape_values(src[2]) if len(src) > 2 else None
   if op is Ops.PERMUTE:
-    if s0 is None or not isinstance(u.arg, tuple) or sorted(u.arg) != list(range(len(s0))): return None
+    if s0 is None or not isinstance(u.arg, tuple) or not all(type(i) is int for i in u.arg): return None
+    if sorted(u.arg) != list(range(len(s0))): return None
     return tuple(s0[i] for i in u.arg)
   if op is Ops.INDEX: return _index_shape(u)
   if op is Ops.REDUCE:
     if s0 is None: return None
     if len(src) > 1: return s0  # kernel-level REDUCE over RANGEs: scalars stay scalars
     axes = u.arg[1] if isinstance(u.arg, tuple) and len(u.arg) > 1 else ()
+    if not isinstance(axes, tuple): return None  # a malformed arg: the verifier reports it
     return tuple(1 if i in axes else d for i, d in enumerate(s0))
   if op is Ops.GETTUPLE:
     tup = src[0].src[0] if src[0].op in (Ops.FUNCTION, Ops.CALL) and src[0].src else src[0]
