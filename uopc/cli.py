@@ -39,7 +39,23 @@ def _debug_env() -> bool:
   return os.environ.get("UOPC_DEBUG", "") not in ("", "0")
 
 
-@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+class UopcGroup(click.Group):
+  """A bad flag or argument is bad input like any other: exit 1 (as gcc does), keeping 2 for internal errors."""
+
+  def main(self, *args, standalone_mode=True, **kwargs):
+    if not standalone_mode: return super().main(*args, standalone_mode=False, **kwargs)
+    try:
+      code = super().main(*args, standalone_mode=False, **kwargs)
+    except click.ClickException as e:
+      e.show()
+      sys.exit(1 if isinstance(e, click.UsageError) else e.exit_code)
+    except click.Abort:
+      click.echo("Aborted!", err=True)
+      sys.exit(1)
+    sys.exit(code if isinstance(code, int) else 0)
+
+
+@click.group(cls=UopcGroup, context_settings={"help_option_names": ["-h", "--help"]})
 @click.version_option(__version__, "--version", "-V", prog_name="uopc")
 def cli():
   """uopc: compile UOp IR programs (.uop files) ahead of time into C, PTX, AMD ISA or Metal, with a
