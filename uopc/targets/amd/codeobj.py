@@ -1,0 +1,87 @@
+"""AMD ISA and HSA code objects: for each arch, NAME.<arch>.s (the ISA as text), NAME.<arch>.o (the
+relocatable object llvmlite emits) and NAME.<arch>.hsaco, the object linked by `ld.lld -shared` into
+the shared ELF the HIP runtime loads: machine EM_AMDGPU, one `<kernel>.kd` kernel descriptor per
+kernel and the `amdhsa` metadata note (code object v5) naming each kernel's arguments.
+
+LLVM has no linker of its own in llvmlite, so `ld.lld` is looked up at build time: $LD_LLD, then
+`ld.lld` / `ld.lld-<N>` on PATH, then /usr/lib/llvm-<N>/bin/ld.lld (Debian's `lld-19` package).
+Without it the .s and .o are still written and the build says, once on stderr, that no .hsaco (and so
+no launcher library) could be made.
+"""
+from __future__ import annotations
+
+import glob
+import os
+import re
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+from typing import Mapping, Sequence
+
+from uopc.targets.llvm.compile import compile_module
+from uopc.targets.llvm.render import AMD_ARCHS, render_module
+
+DEFAULT_ARCHS = ("gfx1100",)
+
+
+class LinkError(Exception):
+  """ld.lld failed on an object we emitted: an internal compiler error, with the linker's output."""
+
+
+def _version(path: str) -> int:
+  m = re.search(r"(\d+)(?!.*\d)", path)
+  return int(m.group(1)) if m else 0
+
+
+def find_linker(env: Mapping[str, str] = os.environ) -> str | None:
+  """The ld.lld to link code objects with, or None."""
+  if env.get("LD_LLD"): return env["LD_LLD"]
+  if (found := shutil.which("ld.lld", path=env.get("PATH"))): return found
+  on_path = [p for d in (env.get("PATH") or "").split(os.pathsep) if d for p in glob.glob(os.path.join(d, "ld.lld-*"))]
+  installed = glob.glob("/usr/lib/llvm-*/bin/ld.lld")
+  candidates = sorted(on_path, key=_version) + sorted(installed, key=_version)
+  return candidates[-1] if candidates else None
+
+
+def check_archs(archs: Sequence[str]) -> None:
+  from uopc.diagnostics import CompileError, error
+  bad = [a for a in archs if a not in AMD_ARCHS]
+  if bad or not archs:
+    raise CompileError([error(None, f"unknown AMD arch {', '.join(bad) or '(none)'}", f"known: {', '.join(AMD_ARCHS)}")])
+
+
+def code_object(kernels: Sequence, arch: str, module_id: str, opt_level: int = 3) -> tuple[str, bytes]:
+  """The ISA text and the relocatable object of `kernels` (rendered with target="amdgcn") for `arch`."""
+  module, tm = compile_module(render_module(kernels, "amdgcn", arch, module_id), "amdgcn", arch, opt_level)
+  return tm.emit_assembly(module), tm.emit_object(module)
+
+
+def link(obj: Path, out: Path, linker: str) -> None:
+  cmd = [linker, "-shared", "--no-undefined", "-o", out.name, obj.name]
+  done = subprocess.run(cmd, cwd=out.parent, capture_output=True, text=True)
+  if done.returncode != 0 or not out.is_file():
+    raise LinkError(f"ld.lld failed (exit {done.returncode}) on a code object: {' '.join(cmd)}\n{done.stderr}".rstrip())
+
+
+def artifact_paths(out_dir: Path, name: str, arch: str) -> dict[str, Path]:
+  return {f"{kind}.{arch}": out_dir / f"{name}.{arch}.{ext}" for kind, ext in (("asm", "s"), ("object", "o"), ("hsaco", "hsaco"))}
+
+
+def build_code_objects(out_dir: Path, name: str, kernels: Sequence, archs: Sequence[str] = DEFAULT_ARCHS,
+                       opt_level: int = 3, env: Mapping[str, str] = os.environ) -> dict[str, Path]:
+  """Write NAME.<arch>.s, .o and (with a linker) .hsaco per arch; returns the paths written by kind."""
+  check_archs(archs)
+  linker = find_linker(env)
+  if linker is None:
+    print("uopc: warning: ld.lld not found (install lld, e.g. Debian's lld-19, or set LD_LLD): writing the AMD "
+          ".s and .o only, without the .hsaco code objects and the HIP launcher library", file=sys.stderr)
+  written: dict[str, Path] = {}
+  for arch in archs:
+    paths = artifact_paths(out_dir, name, arch)
+    asm, obj = code_object(kernels, arch, name, opt_level)
+    paths[f"asm.{arch}"].write_text(asm)
+    paths[f"object.{arch}"].write_bytes(obj)
+    if linker is not None: link(paths[f"object.{arch}"], paths[f"hsaco.{arch}"], linker)
+    written.update({k: p for k, p in paths.items() if p.is_file()})
+  return written
