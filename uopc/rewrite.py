@@ -41,13 +41,15 @@ class Pat:
   name: capture the matched UOp under this name; a name used twice must bind the same UOp;
   where: a predicate on the matched UOp for anything else (its shape, its number of sources, ...).
   """
-  __slots__ = ("ops", "dtypes", "arg", "src", "rest", "commutative", "name", "where")
+  __slots__ = ("ops", "dtypes", "arg", "src", "rest", "commutative", "name", "where", "_one_op")
 
   def __init__(self, op: Ops | Iterable[Ops] | None = None, dtype: DType | Iterable[DType] | None = None,
                src: "Pat | tuple[Pat, ...] | None" = None, arg: Any = _ANY, name: str | None = None,
                rest: bool = False, commutative: bool = False, where: Callable[[UOp], bool] | None = None):
     self.ops, self.dtypes, self.arg, self.src = _as_set(op), _as_set(dtype), arg, src
     self.rest, self.commutative, self.name, self.where = rest, commutative, name, where
+    # a single op is checked by identity: hashing an Enum member runs Python code
+    self._one_op = next(iter(self.ops)) if self.ops is not None and len(self.ops) == 1 else None
     if rest and not isinstance(src, tuple): raise ValueError("rest=True needs a tuple of source patterns")
     if commutative and not (isinstance(src, tuple) and len(src) == 2):
       raise ValueError("commutative=True needs a pair of source patterns")
@@ -85,8 +87,7 @@ class Pat:
   # ---- matching --------------------------------------------------------------------------------
   def match(self, u: UOp, binds: Binds | None = None) -> Iterator[Binds]:
     """Every way `u` matches, as the captures of each (several only with commutative patterns)."""
-    if self.ops is not None and u.op not in self.ops: return
-    if self.dtypes is not None and u.dtype not in self.dtypes and u.dtype.scalar not in self.dtypes: return
+    if not self._node_ok(u): return
     if self.arg is not _ANY and not self._arg_matches(u.arg): return
     binds = {} if binds is None else binds
     if self.name is not None:
@@ -97,6 +98,21 @@ class Pat:
     if self.src is None: yield binds
     elif isinstance(self.src, Pat): yield from _match_seq((self.src,) * len(u.src), u.src, binds)
     else: yield from self._match_tuple(u, binds)
+
+  def _node_ok(self, u: UOp) -> bool:
+    if self._one_op is not None: op_ok = u.op is self._one_op
+    else: op_ok = self.ops is None or u.op in self.ops
+    return op_ok and (self.dtypes is None or u.dtype in self.dtypes or u.dtype.scalar in self.dtypes)
+
+  def could_match(self, u: UOp) -> bool:
+    """A cheap necessary condition for a match (op, dtype, arity and the sources' ops and dtypes),
+    so most rules are rejected without starting the full match."""
+    if not self._node_ok(u): return False
+    if not isinstance(self.src, tuple): return True
+    pats, srcs = self.src, u.src
+    if len(srcs) != len(pats) and not (self.rest and len(srcs) >= len(pats)): return False
+    if all(p._node_ok(s) for p, s in zip(pats, srcs)): return True
+    return self.commutative and len(srcs) == 2 and pats[0]._node_ok(srcs[1]) and pats[1]._node_ok(srcs[0])
 
   def _arg_matches(self, arg: Any) -> bool:
     return self.arg(arg) if callable(self.arg) else _arg_key(arg) == _arg_key(self.arg)
@@ -141,6 +157,7 @@ class Rules:
     """One rewrite step at `u`: the first rule result that is a different UOp, else None."""
     for i in self._candidates(u.op):
       pat, fn = self.rules[i]
+      if not pat.could_match(u): continue
       for binds in pat.match(u):
         r = fn(**binds, ctx=ctx) if self._wants_ctx[i] else fn(**binds)
         if r is not None and r is not u: return r

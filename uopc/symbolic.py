@@ -97,9 +97,10 @@ def exec_alu(op: Ops, dtype: DType, operand_dtype: DType, args: tuple):
   """The value of `op` on constant `args` of `operand_dtype`, as a `dtype` constant; None where the op
   is undefined there (division by zero, ...) or is not folded (POW, THREEFRY, a MAX of +0.0 and -0.0)."""
   if op is Ops.WHERE: return args[1] if args[0] else args[2]
-  if op in _CMP_OPS: return _CMP_OPS[op](*args)
-  if operand_dtype.is_float(): ops, args = _FLOAT_OPS, tuple(float(a) for a in args)
+  # a float CONST may hold more precision than its dtype (0.1 in f32): it means the dtype's value
+  if operand_dtype.is_float(): ops, args = _FLOAT_OPS, tuple(truncate(float(a), operand_dtype) for a in args)
   else: ops, args = _INT_OPS, tuple(int(a) for a in args)
+  if op in _CMP_OPS: return _CMP_OPS[op](*args)
   if op not in ops or (v := ops[op](operand_dtype.scalar, *args)) is None: return None
   return truncate(v, dtype)
 
