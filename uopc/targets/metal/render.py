@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import math
 import re
+from dataclasses import dataclass
 from typing import Callable
 
 import numpy as np
@@ -356,11 +357,33 @@ _RENDERERS: dict[Ops, Callable[[_Kernel, UOp], None]] = {
 }
 
 
-def render_kernel(linear: UOp, name: str, loc_of: LocOf | None = None) -> RenderedKernel:
+@dataclass(frozen=True)
+class MetalKernel(RenderedKernel):
+  """A RenderedKernel plus its launch shape: per axis x, y, z the bound UOp (a CONST or an expression
+  of DEFINE_VARs) of gidx/lidx (dispatch "groups": threadgroups x threads per threadgroup) or of
+  idx (dispatch "threads": the whole grid of threads; the launcher picks the threadgroup size)."""
+  dispatch: str = "groups"
+  grid: tuple = ()
+  threads: tuple = ()
+
+
+def _launch(linear: UOp, loc_of: LocOf) -> tuple[str, tuple, tuple]:
+  bounds: dict[str, UOp] = {u.arg: u.src[0] for u in linear.src if u.op is Ops.SPECIAL}
+  one = UOp.const(dtypes.index, 1)
+  axes = lambda kind: tuple(bounds.get(f"{kind}{i}", one) for i in range(3))  # noqa: E731
+  flat = [u for u in linear.src if u.op is Ops.SPECIAL and u.arg.startswith("idx")]
+  if not flat: return "groups", axes("gidx"), axes("lidx")
+  if len(flat) != len(bounds):
+    raise CompileError([error(loc_of(flat[0]), "metal: idx<n> cannot be mixed with gidx<n>/lidx<n> in one kernel")])
+  return "threads", axes("idx"), ()
+
+
+def render_kernel(linear: UOp, name: str, loc_of: LocOf | None = None) -> MetalKernel:
   """A LINEAR as one Metal kernel named `name`; `loc_of` locates refused ops in the source."""
-  k = _Kernel(linear, name, loc_of or (lambda u: None))
+  loc_of = loc_of or (lambda u: None)
+  k = _Kernel(linear, name, loc_of)
   signature, lines = k.run()
-  return RenderedKernel(name, "\n".join([f"{signature} {{", *lines, "}"]) + "\n", k.params())
+  return MetalKernel(name, "\n".join([f"{signature} {{", *lines, "}"]) + "\n", k.params(), *_launch(linear, loc_of))
 
 
 def render_module(kernels) -> str:

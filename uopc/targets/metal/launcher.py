@@ -1,0 +1,245 @@
+"""The Metal launcher: `NAME.h` and `NAME_launcher.m` (Objective-C, ARC), built into `libNAME.dylib`.
+
+The C API has the shape of the C target's (uopc/launcher.py), with Metal objects passed as opaque
+pointers (`(__bridge void*)` of the Objective-C object):
+- `int PREFIX_ENTRY(void* queue, void* data0, const void* data1, ..., int64_t n)`: `queue` is an
+  `id<MTLCommandQueue>`, each buffer an `id<MTLBuffer>` (by slot, `const` when only read), each
+  DEFINE_VAR an `int64_t` (by name). The kernels are encoded into one command buffer, in order, and
+  committed: the call returns before the GPU finishes, like a launch on a CUDA stream.
+  `PREFIX_synchronize(queue)` waits for everything committed to `queue` so far.
+- The same argument checks and status codes as the C target, plus PREFIX_ERR_METAL when Metal fails
+  (the library does not compile, a pipeline cannot be made, the command buffer fails).
+- The MSL source is embedded; it is compiled (without fast math) once per MTLDevice and the
+  pipelines are kept on the device object itself (an associated object), so the library has no
+  mutable global state and calls from several threads are safe.
+- The metadata functions (PREFIX_num_entries, PREFIX_entry_info, PREFIX_find_entry, PREFIX_strerror)
+  and tables are those of the C target.
+"""
+from __future__ import annotations
+
+import shutil
+import subprocess
+from pathlib import Path
+from typing import Sequence
+
+from uopc.diagnostics import CompileError, error
+from uopc.launcher import (STATUS, EntryKernels, _abi_types, _c_string, _checks, _metadata, c_identifier,
+                           entry_args)
+from uopc.ops import Ops
+from uopc.targets.metal.render import MetalKernel
+from uopc.uop import UOp
+
+ERR_METAL = 64  # outside the shared uopc_status range, so it never collides with a future shared code
+_C_OPS = {Ops.ADD: "+", Ops.SUB: "-", Ops.MUL: "*", Ops.IDIV: "/", Ops.MOD: "%"}
+
+
+def _bound_expr(u: UOp, var_names: dict[str, str]) -> str:
+  """A launch bound as a C int64_t expression over the entry's size arguments."""
+  if u.op is Ops.CONST: return f"INT64_C({int(u.arg)})"
+  if u.op is Ops.DEFINE_VAR: return var_names[u.arg[0]]
+  if u.op in _C_OPS: return f"({_bound_expr(u.src[0], var_names)}{_C_OPS[u.op]}{_bound_expr(u.src[1], var_names)})"
+  if u.op is Ops.MAX:
+    a, b = (_bound_expr(s, var_names) for s in u.src)
+    return f"({a}>{b}?{a}:{b})"
+  raise CompileError([error(None, f"metal launcher: a launch bound uses {u.op.name}, which it cannot evaluate")])
+
+
+def _metal_args(kernel: MetalKernel, by_key: dict) -> list[str]:
+  """Bind each kernel parameter at its position in the signature (the argument table index)."""
+  lines = []
+  for i, p in enumerate(kernel.params):
+    if p.kind == "buffer":
+      a = by_key[("buffer", p.slot)]
+      lines.append(f"    [enc setBuffer:(__bridge id<MTLBuffer>)(void*){a.c_name} offset:0 atIndex:{i}];")
+    else:
+      a = by_key[("var", p.name)]
+      lines.append(f"    {{ int32_t v = (int32_t){a.c_name}; [enc setBytes:&v length:sizeof(v) atIndex:{i}]; }}")
+  return lines
+
+
+def _dispatch(kernel: MetalKernel, var_names: dict[str, str], pipeline: str) -> str:
+  size = lambda dims: "MTLSizeMake(" + ", ".join(f"(NSUInteger){_bound_expr(d, var_names)}" for d in dims) + ")"  # noqa: E731
+  if kernel.dispatch == "groups":
+    return f"    [enc dispatchThreadgroups:{size(kernel.grid)} threadsPerThreadgroup:{size(kernel.threads)}];"
+  x = _bound_expr(kernel.grid[0], var_names)
+  group = f"MTLSizeMake(MIN({pipeline}.maxTotalThreadsPerThreadgroup, (NSUInteger){x}), 1, 1)"
+  return f"    [enc dispatchThreads:{size(kernel.grid)} threadsPerThreadgroup:{group}];"
+
+
+def _entry_function(prefix: str, entry: EntryKernels, first_kernel: int) -> str:
+  if getattr(entry, "workspace", None) is not None:
+    raise CompileError([error(None, f"metal launcher: entry '{entry.name}' needs a workspace, which -t metal does not support yet")])
+  args = entry_args(entry)
+  by_key = {(a.kind, a.key): a for a in args}
+  var_names = {a.key: a.c_name for a in args if a.kind == "var"}
+  body = []
+  for i, k in enumerate(entry.kernels):
+    pipeline = f"((id<MTLComputePipelineState>)[pipelines objectAtIndex:{first_kernel + i}])"
+    body += [f"    [enc setComputePipelineState:{pipeline}];", *_metal_args(k, by_key), _dispatch(k, var_names, pipeline)]
+  return "\n".join([f"{_prototype(prefix, entry, args)} {{", *_checks(args),
+                    "  @autoreleasepool {",
+                    "    id<MTLCommandQueue> q = (__bridge id<MTLCommandQueue>)queue;",
+                    "    if (q == nil) return UOPC_ERR_NULL_POINTER;",
+                    f"    NSArray* pipelines = {prefix}__pipelines(q.device);",
+                    f"    if (pipelines == nil) return {prefix}_ERR_METAL;",
+                    "    id<MTLCommandBuffer> cb = [q commandBuffer];",
+                    "    id<MTLComputeCommandEncoder> enc = [cb computeCommandEncoder];", *body,
+                    "    [enc endEncoding];", "    [cb commit];", "  }", "  return UOPC_OK;", "}"])
+
+
+def _c_param(a) -> str:
+  if a.kind == "var": return f"int64_t {a.c_name}"
+  return f"{'' if a.written else 'const '}void* {a.c_name}"
+
+
+def _prototype(prefix: str, entry: EntryKernels, args) -> str:
+  return f"int {prefix}_{entry.name}({', '.join(['void* queue'] + [_c_param(a) for a in args])})"
+
+
+def render_header(name: str, entries: Sequence[EntryKernels]) -> str:
+  """NAME.h: C99 and C++11; Metal objects are `void*` so that C callers need no Objective-C."""
+  prefix = c_identifier(name)
+  guard = f"UOPC_{prefix.upper()}_METAL_H"
+  protos = "\n".join(f"{_prototype(prefix, e, entry_args(e))};" for e in entries)
+  return f"""/* {name}.h: generated by uopc (-t metal); do not edit.
+
+   Every entry is `int {prefix}_ENTRY(void* queue, buffers..., sizes...)`: queue is an
+   id<MTLCommandQueue>, each buffer an id<MTLBuffer> (by slot; const when only read), each size
+   (DEFINE_VAR) an int64_t (by name), all Objective-C objects passed as (__bridge void*). The call
+   encodes the kernels and commits them without waiting; {prefix}_synchronize(queue) waits. It returns
+   UOPC_OK (0), the uopc_status of the first failed argument check (nothing runs then), or
+   {prefix}_ERR_METAL when Metal fails. Link with -l{name} (lib{name}.dylib). */
+#ifndef {guard}
+#define {guard}
+#include <stddef.h>
+#include <stdint.h>
+#ifdef __cplusplus
+extern "C" {{
+#endif
+
+{_abi_types()}
+
+#define {prefix}_ERR_METAL {ERR_METAL} /* Metal failed: library compile, pipeline creation or command buffer */
+
+/* The entries. */
+{protos}
+int {prefix}_synchronize(void* queue);
+
+/* Run-time metadata and messages. */
+const char* {prefix}_strerror(int code);
+int {prefix}_num_entries(void);
+const uopc_entry_info* {prefix}_entry_info(int i);  /* NULL when i is out of range */
+int {prefix}_find_entry(const char* name);          /* the index of an entry, or -1 */
+
+#ifdef __cplusplus
+}}
+#endif
+#endif /* {guard} */
+"""
+
+
+def _pipelines(prefix: str, kernel_names: list[str]) -> str:
+  names = ", ".join(_c_string(n) for n in kernel_names)
+  return f"""static const char {prefix}__kernel_names[{len(kernel_names)}][{max(map(len, kernel_names)) + 1}] = {{{names}}};
+static const char {prefix}__pipelines_key = 0; /* its address keys the pipelines on each MTLDevice */
+
+/* The pipelines of every kernel for `device`, made on first use and kept on the device object. */
+static NSArray* {prefix}__pipelines(id<MTLDevice> device) {{
+  @synchronized (device) {{
+    NSArray* cached = objc_getAssociatedObject(device, &{prefix}__pipelines_key);
+    if (cached != nil) return cached;
+    MTLCompileOptions* options = [[MTLCompileOptions alloc] init];
+    options.fastMathEnabled = NO;
+    NSError* err = nil;
+    id<MTLLibrary> library = [device newLibraryWithSource:[NSString stringWithUTF8String:{prefix}__metal_source]
+                                                  options:options error:&err];
+    if (library == nil) return nil;
+    NSMutableArray* made = [NSMutableArray arrayWithCapacity:{len(kernel_names)}];
+    for (int i = 0; i < {len(kernel_names)}; i++) {{
+      id<MTLFunction> fn = [library newFunctionWithName:[NSString stringWithUTF8String:{prefix}__kernel_names[i]]];
+      id<MTLComputePipelineState> p = fn == nil ? nil : [device newComputePipelineStateWithFunction:fn error:&err];
+      if (p == nil) return nil;
+      [made addObject:p];
+    }}
+    objc_setAssociatedObject(device, &{prefix}__pipelines_key, made, OBJC_ASSOCIATION_RETAIN);
+    return made;
+  }}
+}}"""
+
+
+def _c_source_literal(text: str) -> str:
+  """The MSL text as C string literals, one per line, readable in the .m file."""
+  escaped = (line.replace("\\", "\\\\").replace('"', '\\"') for line in text.splitlines())
+  return "\n".join(f'"{line}\\n"' for line in escaped)
+
+
+def _accessors(prefix: str, n: int) -> str:
+  cases = "\n".join(f"  case {name}: return {_c_string(msg)};" for name, msg in STATUS)
+  return f"""int {prefix}_synchronize(void* queue) {{
+  if (queue == NULL) return UOPC_ERR_NULL_POINTER;
+  @autoreleasepool {{
+    id<MTLCommandBuffer> cb = [(__bridge id<MTLCommandQueue>)queue commandBuffer];
+    [cb commit];
+    [cb waitUntilCompleted]; /* a queue runs its command buffers in order */
+    return cb.status == MTLCommandBufferStatusCompleted ? UOPC_OK : {prefix}_ERR_METAL;
+  }}
+}}
+const char* {prefix}_strerror(int code) {{
+  switch (code) {{
+{cases}
+  case {prefix}_ERR_METAL: return "Metal failed (library compile, pipeline creation or command buffer)";
+  default: return "unknown uopc status code";
+  }}
+}}
+int {prefix}_num_entries(void) {{ return {n}; }}
+const uopc_entry_info* {prefix}_entry_info(int i) {{ return i >= 0 && i < {n} ? &{prefix}__entries[i] : NULL; }}
+int {prefix}_find_entry(const char* name) {{
+  for (int i = 0; name != NULL && i < {n}; i++)
+    if (strcmp({prefix}__entries[i].name, name) == 0) return i;
+  return -1;
+}}"""
+
+
+def render_launcher(name: str, entries: Sequence[EntryKernels], metal_source: str) -> str:
+  """NAME_launcher.m: the entry functions over the embedded MSL module `metal_source`."""
+  prefix = c_identifier(name)
+  kernel_names = [k.name for e in entries for k in e.kernels]
+  starts = [sum(len(e.kernels) for e in entries[:i]) for i in range(len(entries))]
+  functions = "\n\n".join(_entry_function(prefix, e, s) for e, s in zip(entries, starts))
+  return f"""/* {name}_launcher.m: generated by uopc (-t metal); do not edit.
+   Build: clang -fobjc-arc -shared -framework Metal -framework Foundation {name}_launcher.m -o lib{name}.dylib */
+#import <Foundation/Foundation.h>
+#import <Metal/Metal.h>
+#include <objc/runtime.h>
+#include <string.h>
+#include "{name}.h"
+
+static const char {prefix}__metal_source[] =
+{_c_source_literal(metal_source)};
+
+{_pipelines(prefix, kernel_names)}
+
+{_metadata(prefix, entries)}
+
+#pragma GCC visibility push(default)
+{functions}
+
+{_accessors(prefix, len(entries))}
+#pragma GCC visibility pop
+"""
+
+
+def build_macos(out_dir: Path, name: str) -> list[Path]:
+  """NAME.metallib and libNAME.dylib from NAME.metal and NAME_launcher.m in out_dir, where Xcode's
+  tools exist (`xcrun`); elsewhere nothing is built and [] is returned."""
+  if shutil.which("xcrun") is None: return []
+  steps = [["xcrun", "-sdk", "macosx", "metal", "-fno-fast-math", "-c", f"{name}.metal", "-o", f"{name}.air"],
+           ["xcrun", "-sdk", "macosx", "metallib", f"{name}.air", "-o", f"{name}.metallib"],
+           ["xcrun", "-sdk", "macosx", "clang", "-fobjc-arc", "-O2", "-shared", "-fvisibility=hidden", "-framework", "Metal",
+            "-framework", "Foundation", f"{name}_launcher.m", "-o", f"lib{name}.dylib"]]
+  for cmd in steps:
+    done = subprocess.run(cmd, cwd=out_dir, capture_output=True, text=True)
+    if done.returncode != 0:
+      raise RuntimeError(f"{' '.join(cmd)} failed (exit {done.returncode}) on generated code:\n{done.stdout}{done.stderr}")
+  (out_dir / f"{name}.air").unlink()
+  return [out_dir / f"{name}.metallib", out_dir / f"lib{name}.dylib"]
