@@ -14,7 +14,7 @@ literals. Types are in types.py: bool is i1 in registers and i8 in memory; bfloa
 float32 and rounded to nearest even once per op (`_round_bf16`).
 
 Semantics are those of SPEC-NOTES: IDIV/MOD `sdiv`/`srem` (`udiv`/`urem` unsigned), SHR `ashr` on
-signed, integer ADD/MUL wrap (no nsw/nuw flags), CMPNE `fcmp une`, the decomposed comparisons by
+signed, integer ADD/MUL wrap (no nsw/nuw flags; MIN / -1 wraps too, as in the C target), CMPNE `fcmp une`, the decomposed comparisons by
 their definitions (CMPGE = NOT CMPLT is `fcmp uge`: true on NaN), float MAX through `llvm.maximum`
 (NaN-propagating), float->int `fptosi`/`fptoui`, CAST to bool `x != 0`.
 """
@@ -464,7 +464,7 @@ class _Kernel:
     fty = reg_type(dtypes.float32.vec(n))
     if s is dtypes.float64: return self.f64_to_bf16(x, n)
     if s.is_float(): return self.round_bf16(self.convert(x, src, dtypes.float32.vec(n)), fty)
-    if bits_of(s) <= 16: return self.convert(x, src, dtypes.float32.vec(n))  # exact in float, and in bfloat16's range
+    if bits_of(s) <= 16: return self.round_bf16(self.convert(x, src, dtypes.float32.vec(n)), fty)  # exact in float
     # wider ints: to double (exact up to 53 bits), then rounded once
     return self.f64_to_bf16(self.convert(x, src, dtypes.float64.vec(n)), n)
 
@@ -488,20 +488,27 @@ class _Kernel:
     if op in _COMPARE: return self.compare(op, u.src[0], u.src[1])
     if op is Ops.WHERE:
       return self.value(f"select {self.typed(u.src[0])}, {self.typed(u.src[1])}, {self.typed(u.src[2])}")
-    if op is Ops.NOT:
-      one = UOp.const(dt, 1) if dt.count == 1 else None
-      res = self.compare(Ops.CMPNE, u.src[0], one) if one is not None else self.value(
-        f"xor {self.typed(u.src[0])}, {_splat('true', reg_type(u.src[0].dtype))}")
-      return self.convert(res, dtypes.bool.vec(dt.count), u.dtype)
-    if op is Ops.MULACC:
-      prod = self.arith(Ops.MUL, dt, self.val(u.src[0]), self.val(u.src[1]), u=u)
-      return self.arith(Ops.ADD, dt, prod, self.val(u.src[2]), u=u)
+    if op is Ops.NOT:  # logical on bool (CMPNE(x, True)), bitwise on ints: both flip every bit
+      if dt.scalar.is_float(): raise self.fail(u, f"NOT is not defined on {dt}")
+      return self.value(f"xor {self.typed(u.src[0])}, {_splat('-1' if dt.scalar is not dtypes.bool else 'true', reg_type(dt))}", "alu")
+    if op is Ops.MULACC: return self.mulacc(u)
     if op is Ops.THREEFRY: return self.threefry(u)
     if op in (Ops.FLOORDIV, Ops.FLOORMOD): return self.floor_divmod(u)
     args = [self.val(s) for s in u.src]
     if len(args) == 2 and op in (Ops.SHL, Ops.SHR) and u.src[1].dtype is not dt:
       args[1] = self.convert(args[1], u.src[1].dtype, dt)
     return self.arith(op, dt, *args, u=u)
+
+  def mulacc(self, u: UOp) -> str:
+    """a * b + c; on float16/bfloat16 computed in float32 and rounded once, like any one op."""
+    dt = u.dtype
+    if dt.scalar not in (dtypes.float16, dtypes.bfloat16):
+      prod = self.arith(Ops.MUL, dt, self.val(u.src[0]), self.val(u.src[1]), u=u)
+      return self.arith(Ops.ADD, dt, prod, self.val(u.src[2]), u=u)
+    wide = dtypes.float32.vec(dt.count)
+    a, b, c = (self.convert(self.val(s), dt, wide) for s in u.src)
+    total = self.arith(Ops.ADD, wide, self.arith(Ops.MUL, wide, a, b, u=u), c, u=u)
+    return self.convert(total, wide, dt)
 
   def arith(self, op: Ops, dt: DType, *args: str, u: UOp) -> str:
     ty = reg_type(dt)
@@ -510,6 +517,7 @@ class _Kernel:
       out = self.float_op(op, ty, args, u)
       return self.round_bf16(out, ty) if s is dtypes.bfloat16 and op in _ROUNDING else out
     if s is dtypes.bool and op in _BOOL_BINARY: return self.value(f"{_BOOL_BINARY[op]} {ty} {args[0]}, {args[1]}")
+    if op in (Ops.IDIV, Ops.DIV, Ops.MOD) and is_signed(s): return self.signed_divmod(op, ty, *args)
     if op in _INT_BINARY: return self.value(f"{_INT_BINARY[op][0 if is_signed(s) else 1]} {ty} {args[0]}, {args[1]}", "alu")
     if op is Ops.MAX:
       gt = self.value(f"icmp {'sgt' if is_signed(s) else 'ugt'} {ty} {args[0]}, {args[1]}")
@@ -546,6 +554,16 @@ class _Kernel:
     if a.dtype.scalar.is_float(): return self.value(f"fcmp {ordered} {ty} {self.val(a)}, {rhs}", "alu")
     return self.value(f"icmp {signed if is_signed(a.dtype) else unsigned} {ty} {self.val(a)}, {rhs}", "alu")
 
+  def signed_divmod(self, op: Ops, ty: str, a: str, b: str) -> str:
+    """sdiv/srem, except that MIN / -1 wraps to MIN (and MIN % -1 is 0) instead of trapping, as the C
+    target does: a divisor of -1 is replaced by 1 and the quotient negated."""
+    minus_one = self.value(f"icmp eq {ty} {b}, {_splat('-1', ty)}")
+    safe = self.value(f"select {_retype(ty, 'i1')} {minus_one}, {ty} {_splat('1', ty)}, {ty} {b}")
+    if op is Ops.MOD: return self.value(f"srem {ty} {a}, {safe}", "alu")
+    q = self.value(f"sdiv {ty} {a}, {safe}")
+    negated = self.value(f"sub {ty} {_splat('0', ty)}, {q}")
+    return self.value(f"select {_retype(ty, 'i1')} {minus_one}, {ty} {negated}, {ty} {q}", "alu")
+
   def floor_divmod(self, u: UOp) -> str:
     """Floor division and modulo: truncating results adjusted by one when the remainder's sign differs."""
     dt = u.src[0].dtype
@@ -553,8 +571,8 @@ class _Kernel:
     a, b = self.val(u.src[0]), self.val(u.src[1])
     if dt.scalar.is_float() or dt.scalar is dtypes.bool: raise self.fail(u, f"{u.op.name} is not defined on {dt}")
     if not is_signed(dt): return self.value(f"{'udiv' if u.op is Ops.FLOORDIV else 'urem'} {ty} {a}, {b}", "alu")
-    q = self.value(f"sdiv {ty} {a}, {b}")
-    r = self.value(f"srem {ty} {a}, {b}")
+    q = self.signed_divmod(Ops.IDIV, ty, a, b)
+    r = self.signed_divmod(Ops.MOD, ty, a, b)
     sign = self.value(f"xor {ty} {r}, {b}")
     differ = self.value(f"icmp slt {ty} {sign}, {_splat('0', ty)}")
     nonzero = self.value(f"icmp ne {ty} {r}, {_splat('0', ty)}")
