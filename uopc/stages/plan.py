@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from math import prod
 
 from uopc.ops import Ops
-from uopc.stages.rangeify import BufferInfo, KernelProgram
+from uopc.stages.rangeify import BufferInfo, KernelProgram, format_shape
 
 ALIGN = 64  # bytes; a cache line, and enough for any vector load of the targets
 
@@ -40,7 +40,7 @@ class Schedule:
 
   def format(self) -> str:
     lines = [f"workspace {self.workspace_size} bytes (unshared {self.unshared_size})"]
-    lines += [f"  slot {p.buffer.slot} {p.buffer.name}: {p.buffer.dtype}{list(p.buffer.shape)} {p.nbytes} bytes "
+    lines += [f"  slot {p.buffer.slot} {p.buffer.name}: {p.buffer.dtype}{format_shape(p.buffer.shape)} {p.nbytes} bytes "
               f"at offset {p.offset}, kernels {p.first}..{p.last}" for p in self.placements]
     args = ", ".join(f"{b.name}@{b.slot}" for b in self.buffers if b.is_arg)
     lines.append(f"  arguments: {args}")

@@ -46,6 +46,11 @@ class BufferInfo:
   is_arg: bool
 
 
+def format_shape(shape: tuple[sint, ...]) -> str:
+  """`[4, n]`: known sizes as numbers, a DEFINE_VAR by its name, other symbolic sizes as `?`."""
+  return "[" + ", ".join(str(d) if isinstance(d, int) else d.arg[0] if d.op is Ops.DEFINE_VAR else "?" for d in shape) + "]"
+
+
 @dataclass(frozen=True)
 class KernelProgram:
   kernels: tuple[UOp, ...]     # kernel-level SINKs, in run order
@@ -60,7 +65,7 @@ class KernelProgram:
     """The kernel split, for `--print-after rangeify`: the buffers, then each kernel's IR."""
     from uopc.frontend import print_uops
     lines = [f"# {len(self.kernels)} kernel(s)"]
-    lines += [f"# slot {b.slot} {b.name}: {b.dtype}{list(b.shape)} {'argument' if b.is_arg else 'intermediate'}" for b in self.buffers]
+    lines += [f"# slot {b.slot} {b.name}: {b.dtype}{format_shape(b.shape)} {'argument' if b.is_arg else 'intermediate'}" for b in self.buffers]
     for i, k in enumerate(self.kernels): lines += [f"# kernel {i}", print_uops(k).rstrip("\n")]
     return "\n".join(lines) + "\n"
 
