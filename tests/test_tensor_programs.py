@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import ctypes
 import math
+import pathlib
 
 import numpy as np
 import pytest
@@ -255,8 +256,84 @@ def test_matches_numpy(builder, shape, formula, tmp_path):
   else: np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5)
 
 
+KERNEL_COUNTS = [(softmax(4, 10), 3), (layernorm(3, 8), 3), (conv2d(2, 5, 6, 3, 3, 3, 1), 1), (attention(5, 8, 4), 7),
+                 (mlp(2, 6, 8, 3), 5), (gemm(4, 3, 2), 1), (prefix_sum(5), 1), (arange(5), 1), (gather(4, 3), 2),
+                 (scatter_add(4, 3), 2)]
+
+
+def elementwise_chain():
+  f = Func("chain")
+  x, y, out = f.param("x", (3, 5)), f.param("y", (5,)), f.param("out", (3, 5), out=True)
+  f.store(out, f.op("MAX", f.op("ADD", f.op("MUL", x, y), f.const(1.0)), f.op("NEG", y)))
+  return f
+
+
+@pytest.mark.parametrize("f,n", KERNEL_COUNTS + [(elementwise_chain(), 1)], ids=[c[0].name for c in KERNEL_COUNTS] + ["chain"])
+def test_print_after_rangeify_shows_the_kernel_split(f, n, tmp_path):
+  import io
+
+  from uopc.driver import BuildOptions, build
+  src = tmp_path / f"{f.name}.uop"
+  src.write_text(f.text())
+  printed = io.StringIO()
+  build(src, BuildOptions(out_dir=tmp_path, emit=("source",), print_after=("rangeify",), print_out=printed))
+  text = printed.getvalue()
+  assert f"# {n} kernel(s)" in text and text.count("# kernel ") == n
+
+
+SEED_SAMPLES = {  # the parser's samples of seed 000's compositions: inputs by name, numpy formula
+  "gemm": lambda a: a["A"] @ a["B"], "prefix_sum": lambda a: np.cumsum(a["T"]), "arange": None,
+  "gather": lambda a: a["T"][a["idx"]], "scatter_add": lambda a: np_scatter_add(a["T"], a["idx"], a["val"]),
+}
+
+
+@pytest.mark.parametrize("name", sorted(SEED_SAMPLES))
+def test_seed_composition_samples(name, tmp_path):
+  from uopc.driver import BuildOptions, build
+  from uopc.frontend import load_module
+  path = pathlib.Path(__file__).resolve().parent.parent / "samples" / f"{name}.uop"
+  if not path.exists(): pytest.skip(f"{path.name} is not written yet")
+  entry = load_module(str(path)).entries[0]
+  params = sorted((u for u in entry.sink.toposort() if u.op.name == "PARAM"), key=lambda u: u.arg[0])
+  written = {u.src[0] for u in entry.sink.toposort() if u.op.name == "STORE"}
+  rng = np.random.default_rng(7)
+  bound = params[0].shape[0]
+  arrays = {p.arg[1]: np.zeros(p.shape, NP[str(p.dtype)]) if p in written else
+            (rng.integers(0, bound, p.shape).astype(np.int32) if str(p.dtype) == "i32" else rng.standard_normal(p.shape).astype(np.float32))
+            for p in params}
+  build(path, BuildOptions(out_dir=tmp_path, opt_level=1))
+  lib = ctypes.CDLL(str(tmp_path / f"lib{name}.so"))
+  assert getattr(lib, f"{name}_{entry.name}")(*[arrays[p.arg[1]].ctypes.data_as(ctypes.c_void_p) for p in params]) == 0
+  out = arrays[next(p for p in params if p in written).arg[1]]
+  want = np.arange(out.shape[0]) if SEED_SAMPLES[name] is None else SEED_SAMPLES[name]({k: v.astype(np.float64) if v.dtype == np.float32 else v for k, v in arrays.items()})
+  if out.dtype == np.int32: np.testing.assert_array_equal(out, want)
+  else: np.testing.assert_allclose(out, want, rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize("stmt,message", [
+  ("%v = ADD(%x, %y)", "do not broadcast"),
+  ("%v = REDUCE(%x) {(ADD, (2,))}", "out of range"),
+  ("%v = RESHAPE(%x, [5, 7])", "35 elements"),
+])
+def test_invalid_programs_fail_in_the_verifier_with_a_location(stmt, message, tmp_path):
+  from uopc.diagnostics import CompileError
+  from uopc.driver import BuildOptions, build
+  src = tmp_path / "bad.uop"
+  src.write_text(f"""func bad {{
+  %x = PARAM([4, 8]) {{(0, "x")}} : f32
+  %y = PARAM([4, 7]) {{(1, "y")}} : f32
+  %out = PARAM([4, 8]) {{(2, "out")}} : f32
+  {stmt}
+  STORE(%out, %v)
+}}
+""")
+  with pytest.raises(CompileError) as e:
+    build(src, BuildOptions(out_dir=tmp_path))
+  first = e.value.diagnostics[0]
+  assert message in first.message and first.loc is not None and first.loc.line == 5
+
+
 if __name__ == "__main__":
-  import pathlib
   import subprocess
   import sys
   root = pathlib.Path(__file__).resolve().parent.parent
