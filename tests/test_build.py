@@ -231,27 +231,6 @@ def test_print_before_render_and_after_render_show_ir_then_c(tmp_path):
   assert "void saxpy__saxpy_k0(" in after
 
 
-FUNC_ENTRY = """# a tensor-level entry
-func add2 {
-  %a = PARAM([4]) {(0, "a")} : f32
-  %b = PARAM([4]) {(1, "b")} : f32
-  %c = ADD(%a, %b) : f32
-  %o = BUFFER([4]) {(2, "out")} : f32
-  %s = STORE(%o, %c)
-  SINK(%s)
-}
-"""
-
-
-@needs_front_end
-def test_tensor_level_entries_are_refused_at_their_line(tmp_path):
-  src = tmp_path / "f.uop"
-  src.write_text(FUNC_ENTRY)
-  r = uopc(src, "-o", tmp_path / "out")
-  assert r.exit_code == 1
-  assert r.stderr.startswith(f"{src}:2:1: error: entry 'add2': tensor-level entries need Rangeify (not implemented yet)\n"
-                             "func add2 {\n^\n")
-  assert not (tmp_path / "out").exists()
 
 
 @needs_front_end
@@ -268,10 +247,15 @@ def test_unknown_stage_is_a_usage_error_listing_stages(tmp_path):
   assert "unknown stage 'vectorize'" in r.stderr and "valid stages: " in r.stderr and "linearize" in r.stderr
 
 
-def test_unavailable_target_is_an_error(tmp_path):
-  r = uopc(SAXPY, "-t", "cuda", "-o", tmp_path)
-  assert r.exit_code == 1
-  assert "uopc: error: target cuda is not available yet" in r.stderr
+def test_unknown_target_is_a_usage_error(tmp_path):
+  r = uopc(SAXPY, "-t", "vax", "-o", tmp_path)
+  assert r.exit_code == 1 and "'vax' is not one of" in r.stderr
+  assert list(tmp_path.iterdir()) == []
+
+
+def test_emit_names_an_artifact_of_the_target(tmp_path):
+  r = uopc(SAXPY, "--emit", "header,fatbin", "-o", tmp_path)
+  assert r.exit_code == 1 and "target c has no artifact 'fatbin'" in r.stderr and "source, so, header" in r.stderr
   assert list(tmp_path.iterdir()) == []
 
 

@@ -11,6 +11,9 @@ import click
 
 from uopc import __version__
 from uopc.diagnostics import CompileError
+from uopc.targets import target_names
+
+TARGET_CHOICES = target_names()
 
 
 def compiler_command(fn):
@@ -134,20 +137,24 @@ Examples:
 """
 
 
-def _emit_list(ctx, param, value: str) -> tuple[str, ...]:
-  from uopc.driver import ARTIFACTS
+def _comma_list(ctx, param, value: str | None) -> tuple[str, ...] | None:
+  if value is None: return None
   kinds = tuple(k.strip() for k in value.split(",") if k.strip())
-  bad = [k for k in kinds if k not in ARTIFACTS]
-  if bad or not kinds: raise click.BadParameter(f"'{value}': a comma-separated list of {', '.join(ARTIFACTS)}")
+  if not kinds: raise click.BadParameter(f"'{value}': a comma-separated list")
   return kinds
 
 
 @cli.command(help=_BUILD_HELP)
 @click.argument("file", type=click.Path(dir_okay=False))
-@click.option("-t", "--target", default="c", show_default=True, help="Target to build for (c).")
+@click.option("-t", "--target", default="c", show_default=True, type=click.Choice(TARGET_CHOICES),
+              help="Target: c (C source + host .so), llvm (host CPU through LLVM), cuda (PTX + fatbin), "
+                   "amd (AMD ISA + .hsaco), metal (Metal source + launcher).")
 @click.option("-o", "out_dir", default=".", show_default=True, type=click.Path(file_okay=False), help="Output directory DIR.")
-@click.option("--emit", default="source,so,header", show_default=True, callback=_emit_list,
-              help="Which artifacts to write: source (NAME.c), so (libNAME.so), header (NAME.h).")
+@click.option("--emit", default=None, callback=_comma_list, metavar="KINDS",
+              help="Comma-separated artifact kinds to write (default: all of the target's); for -t c: "
+                   "source (NAME.c), so (libNAME.so), header (NAME.h).")
+@click.option("--arch", "archs", default=None, callback=_comma_list, metavar="ARCHS",
+              help="GPU architectures, comma-separated (cuda: sm_80,sm_90; amd: gfx1100,gfx90a,gfx942).")
 @click.option("-O", "opt_level", default="3", show_default=True, type=click.Choice(["0", "1", "2", "3"]),
               help="C optimisation level: -O0 .. -O3.")
 @click.option("--print-before", multiple=True, metavar="STAGE", help="Print each kernel's IR before STAGE (repeatable).")
@@ -156,7 +163,7 @@ def _emit_list(ctx, param, value: str) -> tuple[str, ...]:
 @click.option("-MF", "dep_file", type=click.Path(dir_okay=False), help="Write the dependency file here (implies -MD).")
 @click.option("--name", default=None, help="NAME of the outputs and prefix of the C symbols (default: FILE's stem).")
 @compiler_command
-def build(file, target, out_dir, emit, opt_level, print_before, print_after, make_deps, dep_file, name):
+def build(file, target, out_dir, emit, archs, opt_level, print_before, print_after, make_deps, dep_file, name):
   from uopc.driver import BuildOptions, build as run_build, check_target, lib_name
   from uopc.pipeline import UnknownStageError, check_stage_name
   check_target(target)
@@ -167,7 +174,7 @@ def build(file, target, out_dir, emit, opt_level, print_before, print_after, mak
     raise click.UsageError(str(e)) from e
   out = Path(out_dir)
   depfile = Path(dep_file) if dep_file else (out / f"{name}.d" if make_deps else None)
-  run_build(file, BuildOptions(target, out, emit, int(opt_level), print_before, print_after, None, depfile, name))
+  run_build(file, BuildOptions(target, out, emit, int(opt_level), print_before, print_after, None, depfile, name, archs or ()))
 
 
 def _write_atomic(path: Path, text: str) -> None:

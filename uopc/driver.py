@@ -19,10 +19,8 @@ from pathlib import Path
 from typing import Mapping, TextIO
 
 from uopc.diagnostics import CompileError, error
-from uopc.launcher import render_header, render_source
-from uopc.pipeline import PIPELINES, PrintOptions, check_stage_name, compile_module
-
-ARTIFACTS = ("source", "so", "header")
+from uopc.pipeline import PrintOptions, check_stage_name, compile_module
+from uopc.targets import BuildRequest, Target, UnknownTargetError, get_target
 
 # Flags for fast code on the host CPU's baseline ISA. No -march=native: libraries built in CI are
 # shipped to other machines, where native code can die with SIGILL, and the .so would depend on the
@@ -41,13 +39,14 @@ class ToolchainError(Exception):
 class BuildOptions:
   target: str = "c"
   out_dir: Path = Path(".")
-  emit: tuple[str, ...] = ARTIFACTS
+  emit: tuple[str, ...] | None = None   # artifact kinds to write; None: all of the target's
   opt_level: int = 3
   print_before: tuple[str, ...] = ()
   print_after: tuple[str, ...] = ()
   print_out: TextIO | None = None
   depfile: Path | None = None      # where to write Make dependencies; None: none
   name: str | None = None          # NAME; defaults to the input's file stem
+  archs: tuple[str, ...] = ()      # GPU architectures; () means the target's defaults
   env: Mapping[str, str] = field(default_factory=lambda: os.environ)
 
 
@@ -58,27 +57,34 @@ def lib_name(path: str | Path, name: str | None) -> str:
   return name
 
 
-def artifact_paths(out_dir: Path, name: str) -> dict[str, Path]:
-  return {"source": out_dir / f"{name}.c", "so": out_dir / f"lib{name}.so", "header": out_dir / f"{name}.h"}
+def check_target(name: str) -> Target:
+  try:
+    return get_target(name)
+  except UnknownTargetError as e:
+    raise CompileError([error(None, str(e))]) from e
 
 
-def check_target(target: str) -> None:
-  if target not in PIPELINES:
-    raise CompileError([error(None, f"target {target} is not available yet", f"available targets: {', '.join(PIPELINES)}")])
+def check_emit(target: Target, emit: tuple[str, ...] | None) -> tuple[str, ...]:
+  kinds = tuple(target.artifacts("NAME"))
+  if emit is None: return kinds
+  if bad := [k for k in emit if k not in kinds]:
+    raise CompileError([error(None, f"target {target.name} has no artifact {', '.join(map(repr, bad))}",
+                              f"artifacts of -t {target.name}: {', '.join(kinds)}")])
+  return emit
 
 
 def build(path: str | Path, opts: BuildOptions = BuildOptions()) -> list[Path]:
   """Build `path`; returns the paths written. Raises CompileError for errors in the input."""
-  check_target(opts.target)
+  target = check_target(opts.target)
+  emit = check_emit(target, opts.emit)
   for stage in opts.print_before + opts.print_after: check_stage_name(opts.target, stage)
   name = lib_name(path, opts.name)
   entries = _lower(str(path), opts, name)
-  header, source = render_header(name, entries), render_source(name, entries, _prelude(opts.target))
-  outputs = {k: p for k, p in artifact_paths(opts.out_dir, name).items() if k in opts.emit}
+  outputs = {k: opts.out_dir / f for k, f in target.artifacts(name).items() if k in emit}
   opts.out_dir.mkdir(parents=True, exist_ok=True)
   staging = Path(tempfile.mkdtemp(prefix=f".{name}.uopc-", dir=opts.out_dir))
   try:
-    staged = _stage_artifacts(staging, name, header, source, opts)
+    staged = target.build(BuildRequest(staging, name, entries, emit, opts.opt_level, opts.archs or target.default_archs, opts.env))
     if opts.depfile is not None:
       staged[opts.depfile] = staging / "deps.d"
       staged[opts.depfile].write_text(make_dependencies(list(outputs.values()), [Path(path)]))
@@ -99,19 +105,6 @@ def _lower(path: str, opts: BuildOptions, name: str):
   for d in diags: print(d.format(module.text), file=sys.stderr)
   printing = PrintOptions(frozenset(opts.print_before), frozenset(opts.print_after), opts.print_out or sys.stdout)
   return compile_module(module, opts.target, name, printing)
-
-
-def _prelude(target: str) -> str:
-  from uopc.targets.c.render import C_PRELUDE
-  return C_PRELUDE
-
-
-def _stage_artifacts(staging: Path, name: str, header: str, source: str, opts: BuildOptions) -> dict:
-  paths = artifact_paths(staging, name)
-  paths["header"].write_text(header)
-  paths["source"].write_text(source)
-  if "so" in opts.emit: compile_shared(paths["source"], paths["so"], opts.opt_level, opts.env)
-  return paths
 
 
 def compiler_command(source: Path, output: Path, opt_level: int, env: Mapping[str, str]) -> list[str]:

@@ -15,6 +15,7 @@ from typing import Any, Callable, Mapping, Sequence, TextIO
 from uopc.diagnostics import CompileError, error
 from uopc.launcher import EntryKernels, c_identifier, kernel_name
 from uopc.module import Module
+from uopc.targets import get_target
 from uopc.uop import UOp
 
 SEED_STAGES = ("callify", "rangeify", "optimize", "expand", "isel", "linearize", "plan", "render")
@@ -49,22 +50,21 @@ def _linearize(sink: UOp, name: str) -> UOp:
   return linearize(sink)
 
 
-def _render_c(linear: UOp, name: str):
-  from uopc.targets.c.render import render_kernel
-  return render_kernel(linear, name)
+# The stages every target shares, in seed 000's order; each target appends its own Render.
+SHARED_STAGES: tuple[Stage, ...] = (Stage("callify", _callify), Stage("rangeify", _rangeify), Stage("linearize", _linearize),
+                                    Stage("plan", _plan))
 
 
-PIPELINES: dict[str, tuple[Stage, ...]] = {
-  "c": (Stage("callify", _callify), Stage("rangeify", _rangeify), Stage("linearize", _linearize), Stage("plan", _plan),
-        Stage("render", _render_c)),
-}
+def pipeline(target: str, loc_of: Callable[[UOp], Any] = lambda u: None) -> tuple[Stage, ...]:
+  """`target`'s stages; `loc_of` lets a renderer point a refusal (an op the target lacks) at the source."""
+  return SHARED_STAGES + (Stage("render", get_target(target).render_stage(loc_of)),)
 
 
 class UnknownStageError(ValueError):
   """A --print-before/--print-after name that is not a stage of the target; the CLI makes it a usage error."""
 
 
-def stage_names(target: str) -> tuple[str, ...]: return tuple(s.name for s in PIPELINES[target])
+def stage_names(target: str) -> tuple[str, ...]: return tuple(s.name for s in pipeline(target))
 
 
 def check_stage_name(target: str, name: str) -> None:
@@ -107,19 +107,10 @@ def run_kernel_stages(stages: Sequence[Stage], sink: UOp, name: str, opts: Print
   return value
 
 
-def _refuse_tensor_entries(module: Module, stages: Sequence[Stage]) -> None:
-  if any(s.name == "rangeify" for s in stages): return
-  diags = [error(e.loc, f"entry '{e.name}': tensor-level entries need Rangeify (not implemented yet)",
-                 "write it as a `kernel` entry (pointers, RANGE, INDEX) to compile it today")
-           for e in module.entries if e.kind == "func"]
-  if diags: raise CompileError(diags, {module.path: module.text})
-
-
 def compile_module(module: Module, target: str, lib_name: str, opts: PrintOptions = PrintOptions()) -> list[EntryKernels]:
   """Every entry of `module` lowered through `target`'s pipeline to its rendered kernels."""
   if not module.entries: raise CompileError([error(None, f"{module.path} has no entries: nothing to build")])
-  stages = PIPELINES[target]
-  _refuse_tensor_entries(module, stages)
+  stages = pipeline(target, module.loc_of)
   kernel_stages = [s for s in stages if s.name not in TENSOR_STAGES]
   prefix = c_identifier(lib_name)
   opts = replace(opts, names=module.names)

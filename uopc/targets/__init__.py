@@ -1,1 +1,67 @@
-"""Compilation targets, one folder each: the renderer, the artifact builder and the launcher."""
+"""Compilation targets, one folder each: the renderer, the artifact builder and the launcher.
+
+A target is data (`Target`): how it renders one linearized kernel, which artifacts it writes for a
+library NAME, and how it builds them into a staging directory. The driver knows nothing else about
+a target, so adding one means adding a folder with a `target.py` that defines `TARGET` and naming it
+in `TARGET_MODULES`. Targets load lazily: `uopc build -t c` never imports llvmlite.
+"""
+from __future__ import annotations
+
+import importlib
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable, Mapping, Sequence
+
+from uopc.diagnostics import Loc
+
+TARGET_MODULES: dict[str, str] = {
+  "c": "uopc.targets.c.target",
+  "llvm": "uopc.targets.llvm.target",
+  "cuda": "uopc.targets.cuda.target",
+  "amd": "uopc.targets.amd.target",
+  "metal": "uopc.targets.metal.target",
+}
+
+
+@dataclass(frozen=True)
+class BuildRequest:
+  """What a target's `build` gets: the lowered entries, where to write, and the user's knobs."""
+  out_dir: Path                  # the staging directory: write every artifact here
+  name: str                      # NAME of the outputs
+  entries: Sequence[Any]         # launcher.EntryKernels, each with its rendered kernels
+  emit: tuple[str, ...]          # the artifact kinds the user asked for
+  opt_level: int = 3
+  archs: tuple[str, ...] = ()    # GPU architectures (--arch); () means the target's defaults
+  env: Mapping[str, str] = field(default_factory=lambda: os.environ)
+
+
+@dataclass(frozen=True)
+class Target:
+  name: str
+  summary: str
+  render: Callable[..., Any]                      # render(linear, kernel_name, loc_of) -> RenderedKernel
+  artifacts: Callable[[str], dict[str, str]]      # NAME -> {kind: file name}, in the order --help lists them
+  build: Callable[[BuildRequest], dict[str, Path]]  # writes the requested kinds, returns {kind: path}
+  default_archs: tuple[str, ...] = ()
+
+  def render_stage(self, loc_of: Callable[[Any], Loc | None]) -> Callable[[Any, str], Any]:
+    return lambda linear, kernel_name: self.render(linear, kernel_name, loc_of)
+
+
+class UnknownTargetError(ValueError):
+  pass
+
+
+def target_names() -> tuple[str, ...]: return tuple(TARGET_MODULES)
+
+
+def get_target(name: str) -> Target:
+  if name not in TARGET_MODULES:
+    raise UnknownTargetError(f"unknown target '{name}'; targets: {', '.join(TARGET_MODULES)}")
+  try:
+    module = importlib.import_module(TARGET_MODULES[name])
+  except ModuleNotFoundError as e:
+    if not (e.name or "").startswith("uopc."): raise
+    raise UnknownTargetError(f"target {name} is not available yet") from e
+  return module.TARGET

@@ -1,0 +1,29 @@
+"""`-t c`: kernels rendered to C, compiled with the launcher by $CC into libNAME.so."""
+from __future__ import annotations
+
+from pathlib import Path
+
+from uopc.targets import BuildRequest, Target
+
+
+def _render(linear, name: str, loc_of):
+  from uopc.targets.c.render import render_kernel
+  return render_kernel(linear, name)
+
+
+def artifacts(name: str) -> dict[str, str]:
+  return {"source": f"{name}.c", "so": f"lib{name}.so", "header": f"{name}.h"}
+
+
+def build(req: BuildRequest) -> dict[str, Path]:
+  from uopc.driver import compile_shared
+  from uopc.launcher import render_header, render_source
+  from uopc.targets.c.render import C_PRELUDE
+  paths = {kind: req.out_dir / file for kind, file in artifacts(req.name).items()}
+  paths["header"].write_text(render_header(req.name, req.entries))
+  paths["source"].write_text(render_source(req.name, req.entries, C_PRELUDE))
+  if "so" in req.emit: compile_shared(paths["source"], paths["so"], req.opt_level, req.env)
+  return paths
+
+
+TARGET = Target("c", "C99 with GCC/Clang vector extensions, built by $CC into a host shared library", _render, artifacts, build)
