@@ -64,7 +64,7 @@ THREEFRY_ROTATIONS = ((13, 15, 26, 6), (17, 29, 16, 24))
 
 def _llvm_name(name: str) -> str:
   """A local or global LLVM name: bare when it is a plain identifier, quoted otherwise."""
-  return name if re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", name) else f'"{name}"'
+  return name if re.fullmatch(r"[-A-Za-z$._][-A-Za-z$._0-9]*", name) else f'"{name}"'
 
 
 def _splat(lit: str, ty: str) -> str:

@@ -1,0 +1,311 @@
+"""FileCheck tests of the LLVM IR renderer: how each target lowers threads, barriers, LDS, gated memory,
+the dtypes that differ between registers and memory, and the ops whose semantics SPEC-NOTES pins; and
+the errors it reports instead of rendering something wrong. Every rendered module is also parsed and
+verified by LLVM."""
+from __future__ import annotations
+
+import shutil
+import subprocess
+import tempfile
+from pathlib import Path
+
+import pytest
+
+from uopc.diagnostics import CompileError
+from uopc.frontend import parse_source
+from uopc.stages.linearize import linearize
+from uopc.targets.llvm.compile import emit_object, parse_and_verify
+from uopc.targets.llvm.render import render_kernel, render_module
+
+ROOT = Path(__file__).resolve().parents[1]
+
+LDS_REDUCE = """
+kernel tile_sum {
+  %out = PARAM {(0, "out")} : ptr<f32>
+  %x = PARAM {(1, "x")} : ptr<f32>
+  %tile = BUFFER {(2, "tile")} : ptr<f32, local, 64>
+  %g = SPECIAL(4) {"gidx0"} : index
+  %l = SPECIAL(64) {"lidx0"} : index
+  %row = MUL(%g, 64)
+  %i = ADD(%row, %l)
+  %p1 = INDEX(%x, %i)
+  %v = LOAD(%p1)
+  %p2 = INDEX(%tile, %l)
+  %st = STORE(%p2, %v)
+  %b = BARRIER(%st)
+  %t = AFTER(%tile, %b)
+  %p3 = INDEX(%t, 0)
+  %first = LOAD(%p3)
+  %p4 = INDEX(%out, %i)
+  STORE(%p4, %first)
+}
+"""
+
+GATED = """
+kernel shifted {
+  %out = PARAM {(0, "out")} : ptr<f32>
+  %x = PARAM {(1, "x")} : ptr<f32>
+  %r = RANGE(16) {(0, AxisType.LOOP)}
+  %next = ADD(%r, 1)
+  %ok = CMPLT(%next, 16)
+  %p5 = INDEX(%x, %next)
+  %v = LOAD(%p5, -1.0, %ok) : f32
+  %p6 = INDEX(%out, %r)
+  STORE(%p6, %v)
+}
+"""
+
+FLAT = """
+kernel flat {
+  %out = PARAM {(0, "out")} : ptr<i32>
+  %n = DEFINE_VAR {("n", 1, 100000)}
+  %i = SPECIAL(%n) {"idx0"} : index
+  %c = CAST(%i) : i32
+  %p7 = INDEX(%out, %i)
+  STORE(%p7, %c)
+}
+"""
+
+SEMANTICS = """
+kernel sem {
+  %o = PARAM {(0, "o")} : ptr<bool>
+  %q = PARAM {(1, "q")} : ptr<i32>
+  %u = PARAM {(2, "u")} : ptr<u32>
+  %m = PARAM {(3, "m")} : ptr<f32>
+  %a = PARAM {(4, "a")} : ptr<f32>
+  %r = RANGE(8) {(0, AxisType.LOOP)}
+  %p8 = INDEX(%a, %r)
+  %x = LOAD(%p8)
+  %ne = CMPNE(%x, %x)
+  %p9 = INDEX(%o, %r)
+  STORE(%p9, %ne)
+  %xi = CAST(%x) : i32
+  %d = IDIV(%xi, 3)
+  %s = SHR(%d, 1)
+  %p10 = INDEX(%q, %r)
+  STORE(%p10, %s)
+  %xu = CAST(%x) : u32
+  %du = IDIV(%xu, 3)
+  %su = SHR(%du, 1)
+  %p11 = INDEX(%u, %r)
+  STORE(%p11, %su)
+  %mx = MAX(%x, 0.0)
+  %p12 = INDEX(%m, %r)
+  STORE(%p12, %mx)
+}
+"""
+
+
+def kernel_of(text: str, target: str, arch: str | None = None):
+  module = parse_source(text, "test.uop")
+  entry = module.entries[0]
+  return render_kernel(linearize(entry.sink), entry.name, target, arch, module.loc_of)
+
+
+def rendered(text: str, target: str = "host", arch: str | None = None) -> str:
+  """The module of one kernel, checked by LLVM's parser and verifier, and compiled to an object."""
+  kernel = kernel_of(text, target, arch)
+  module = render_module([kernel], target, arch)
+  parse_and_verify(module)
+  assert emit_object(module, target, arch)
+  return module
+
+
+def filecheck(text: str, checks: str) -> None:
+  with tempfile.TemporaryDirectory() as tmp:
+    check_file = Path(tmp) / "checks.txt"
+    check_file.write_text(checks)
+    tool = shutil.which("filecheck") or str(ROOT / ".venv/bin/filecheck")
+    done = subprocess.run([tool, str(check_file)], input=text, capture_output=True, text=True)
+  assert done.returncode == 0, f"{done.stdout}{done.stderr}\n--- input ---\n{text}"
+
+
+def test_amdgpu_ids_barrier_and_lds():
+  filecheck(rendered(LDS_REDUCE, "amdgcn", "gfx1100"), """
+CHECK: target triple = "amdgcn-amd-amdhsa"
+CHECK: @tile_sum.tile = internal addrspace(3) global [64 x float] poison
+CHECK: define amdgpu_kernel void @tile_sum(ptr addrspace(1) noalias %out, ptr addrspace(1) noalias readonly %x) nounwind "amdgpu-flat-work-group-size"="1,64"
+CHECK: call i32 @llvm.amdgcn.workgroup.id.x()
+CHECK: call i32 @llvm.amdgcn.workitem.id.x()
+CHECK: [[SLOT:%[a-z.0-9]+]] = getelementptr inbounds float, ptr addrspace(3) @tile_sum.tile, i64
+CHECK: load float, ptr addrspace(1)
+CHECK: store float {{.*}}, ptr addrspace(3) [[SLOT]]
+CHECK-NEXT: fence syncscope("workgroup") release
+CHECK-NEXT: call void @llvm.amdgcn.s.barrier()
+CHECK-NEXT: fence syncscope("workgroup") acquire
+CHECK: load float, ptr addrspace(3)
+CHECK: store float {{.*}}, ptr addrspace(1)
+CHECK-NOT: br label %loop
+CHECK: ret void
+CHECK: !{i32 1, !"amdhsa_code_object_version", i32 500}
+""")
+
+
+def test_host_threads_are_loops_and_barrier_needs_no_threads():
+  """On the host gidx0 is a loop; a kernel whose workgroups have one thread keeps its BARRIER a no-op."""
+  single = LDS_REDUCE.replace('%l = SPECIAL(64) {"lidx0"} : index', "%l = CONST {0} : index")
+  filecheck(rendered(single), """
+CHECK: define hidden void @tile_sum(ptr noalias %out, ptr noalias readonly %x) nounwind
+CHECK: %tile.buf = alloca [64 x float], align 16
+CHECK: [[LOOP:loop[0-9]+]]:
+CHECK-NEXT: %gidx0 = phi i64 [ 0, %entry ], [ %gidx0.next, %[[LATCH:latch[0-9]+]] ]
+CHECK-NEXT: icmp slt i64 %gidx0, 4
+CHECK-NOT: barrier
+CHECK: [[LATCH]]:
+CHECK-NEXT: %gidx0.next = add i64 %gidx0, 1
+CHECK-NEXT: br label %[[LOOP]]
+""")
+
+
+def test_host_refuses_a_barrier_between_thread_loop_iterations():
+  with pytest.raises(CompileError, match="BARRIER between the threads of a workgroup"):
+    kernel_of(LDS_REDUCE, "host")
+
+
+def test_gated_load_reads_memory_only_when_the_gate_holds():
+  filecheck(rendered(GATED), """
+CHECK: [[BEFORE:body[0-9]+]]:
+CHECK: [[GATE:%[a-z.0-9]+]] = icmp slt i64
+CHECK-NEXT: br i1 [[GATE]], label %[[LOAD:load[0-9]+]], label %[[DONE:loaded[0-9]+]]
+CHECK: [[LOAD]]:
+CHECK-NEXT: [[V:%[a-z.0-9]+]] = load float
+CHECK-NEXT: br label %[[DONE]]
+CHECK: [[DONE]]:
+CHECK-NEXT: phi float [ [[V]], %[[LOAD]] ], [ 0xBFF0000000000000, %[[BEFORE]] ]
+""")
+
+
+def test_flat_index_is_guarded_by_its_bound_on_amdgpu():
+  filecheck(rendered(FLAT, "amdgcn", "gfx90a"), """
+CHECK: define amdgpu_kernel void @flat(ptr addrspace(1) noalias %out, i64 %n) nounwind "amdgpu-flat-work-group-size"="1,256"
+CHECK: [[G:%[a-z.0-9]+]] = call i32 @llvm.amdgcn.workgroup.id.x()
+CHECK: [[T:%[a-z.0-9]+]] = call i32 @llvm.amdgcn.workitem.id.x()
+CHECK: mul i64 {{.*}}, 256
+CHECK: [[IDX:%idx0[.0-9]*]] = add i64
+CHECK: [[IN:%[a-z.0-9]+]] = icmp slt i64 [[IDX]], %n
+CHECK: br i1 [[IN]], label %inside{{[0-9]+}}, label %exit
+""")
+
+
+def test_host_flat_index_loops_to_its_run_time_bound():
+  filecheck(rendered(FLAT), """
+CHECK: define hidden void @flat(ptr noalias %out, i64 %n)
+CHECK: %idx0 = phi i64
+CHECK-NEXT: icmp slt i64 %idx0, %n
+""")
+
+
+def test_semantics_of_compares_division_shifts_max_and_bool_memory():
+  filecheck(rendered(SEMANTICS), """
+CHECK: fcmp une float
+CHECK: zext i1 {{.*}} to i8
+CHECK: store i8
+CHECK: fptosi float {{.*}} to i32
+CHECK: sdiv i32
+CHECK: ashr i32
+CHECK: fptoui float {{.*}} to i32
+CHECK: udiv i32
+CHECK: lshr i32
+CHECK: call float @llvm.maximum.f32
+""")
+
+
+def test_bool_loads_are_bytes_compared_with_zero():
+  text = """
+kernel nots {
+  %o = PARAM {(0, "o")} : ptr<bool>
+  %i = PARAM {(1, "i")} : ptr<bool>
+  %p13 = INDEX(%i, 0)
+  %v = LOAD(%p13)
+  %n = NOT(%v)
+  %p14 = INDEX(%o, 0)
+  STORE(%p14, %n)
+}
+"""
+  filecheck(rendered(text), """
+CHECK: [[B:%[a-z.0-9]+]] = load i8
+CHECK-NEXT: [[V:%[a-z.0-9]+]] = icmp ne i8 [[B]], zeroinitializer
+CHECK-NEXT: xor i1 [[V]], true
+""")
+
+
+def test_register_buffers_are_private_allocas_on_amdgpu():
+  text = """
+kernel acc {
+  %o = PARAM {(0, "o")} : ptr<f32>
+  %acc = BUFFER {(1, "acc")} : ptr<f32, reg, 1>
+  %p15 = INDEX(%acc, 0)
+  %z = STORE(%p15, 0.0)
+  %a = AFTER(%acc, %z)
+  %p16 = INDEX(%a, 0)
+  %v = LOAD(%p16)
+  %p17 = INDEX(%o, 0)
+  STORE(%p17, %v)
+}
+"""
+  filecheck(rendered(text, "amdgcn", "gfx942"), """
+CHECK: %acc.buf = alloca [1 x float], align 16, addrspace(5)
+CHECK: store float 0x0000000000000000, ptr addrspace(5)
+""")
+
+
+@pytest.mark.parametrize("op", ["SIN", "POW"])
+def test_amdgpu_refuses_transcendentals_without_an_accurate_lowering(op):
+  args = "%x, %x" if op == "POW" else "%x"
+  text = f"""
+kernel t {{
+  %o = PARAM {{(0, "o")}} : ptr<f32>
+  %p18 = INDEX(%o, 0)
+  %x = LOAD(%p18)
+  %y = {op}({args})
+  %p19 = INDEX(%o, 0)
+  STORE(%p19, %y)
+}}
+"""
+  with pytest.raises(CompileError, match=f"{op} on f32 has no AMDGPU lowering") as info:
+    kernel_of(text, "amdgcn")
+  assert info.value.diagnostics[0].loc.line == 6  # the op's line
+  assert "llvm.sin.f32" in rendered(text, "host") or "llvm.pow.f32" in rendered(text, "host")
+
+
+def test_amdgpu_keeps_correctly_rounded_sqrt():
+  text = """
+kernel s {
+  %o = PARAM {(0, "o")} : ptr<f32>
+  %p20 = INDEX(%o, 0)
+  %x = LOAD(%p20)
+  %p21 = INDEX(%o, 0)
+  %p22 = SQRT(%x)
+  STORE(%p21, %p22)
+}
+"""
+  filecheck(rendered(text, "amdgcn", "gfx1100"), "CHECK: call float @llvm.sqrt.f32\n")
+
+
+def test_vectors_load_build_and_split():
+  text = """
+kernel v {
+  %o = PARAM {(0, "o")} : ptr<f32>
+  %x = PARAM {(1, "x")} : ptr<f32>
+  %p23 = INDEX(%x, 0)
+  %v = LOAD(%p23) : f32x4
+  %w = ADD(%v, %v)
+  %a = GEP(%w) {(3,)} : f32
+  %b = GEP(%w) {(0,)} : f32
+  %s = STACK(%a, %b, %a, %b) : f32x4
+  %p24 = INDEX(%o, 0)
+  STORE(%p24, %s)
+}
+"""
+  filecheck(rendered(text), """
+CHECK: load <4 x float>, ptr {{.*}}, align 4
+CHECK: fadd <4 x float>
+CHECK: extractelement <4 x float> {{.*}}, i32 3
+CHECK: insertelement <4 x float>
+CHECK: store <4 x float>
+""")
+
+
+def test_renderer_output_is_deterministic():
+  assert rendered(LDS_REDUCE, "amdgcn") == rendered(LDS_REDUCE, "amdgcn")
+  assert rendered(SEMANTICS) == rendered(SEMANTICS)
