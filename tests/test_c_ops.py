@@ -317,7 +317,7 @@ def _ordered_ints(x: np.ndarray) -> np.ndarray:
 def mismatches(case: Case, got: np.ndarray) -> list[int]:
   exp = case.expected.astype(got.dtype)
   if got.dtype.kind != "f" and got.dtype != ml_dtypes.bfloat16: return np.flatnonzero(got != exp).tolist()
-  both_nan = np.isnan(got.astype(np.float32)) & np.isnan(exp.astype(np.float32))
+  both_nan = np.isnan(got) & np.isnan(exp)
   if case.check == "exact": bad = got.view(np.uint8).reshape(len(got), -1) != exp.view(np.uint8).reshape(len(exp), -1)
   else:
     limit = 1 if case.check == "ulp1" else 2

@@ -332,6 +332,7 @@ class _Renderer:
     if value_dt != base and value_dt.scalar != base:
       raise _fail(f"{u.op.name} of {value_dt} through a pointer to {base}")
     gate = u.src[2] if len(u.src) == 3 else None
+    if gate is not None and gate.op is Ops.IF: gate = None  # an IF source places it in the IF block: already guarded
     return self.names[idx], (self.names[gate] if gate is not None else None)
 
   def _load(self, u: UOp) -> None:
