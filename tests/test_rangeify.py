@@ -231,3 +231,16 @@ def test_symbolic_size_stays_a_variable():
   x, out = param(0, "x", (n, 3)), param(1, "out", (n, 1))
   prog = check(sink(store(out, reduce(x.alu(Ops.MUL, x), Ops.ADD, (1,)))), variables={"n": 5})
   assert prog.variables == (n,)
+
+
+def test_call_is_compiled_apart_for_each_call_site():
+  a = param(0, "a", (3, 4))
+  body = UOp(Ops.TUPLE, dtypes.void, (reduce(a.alu(Ops.MUL, a), Ops.ADD, (1,)), a.alu(Ops.ADD, const(1.0))))
+  x, y = param(0, "x", (3, 4)), param(1, "y", (3, 4))
+  o1, o2 = param(2, "o1", (3, 1)), param(3, "o2", (3, 4))
+  c1 = UOp(Ops.CALL, dtypes.void, (body, x.alu(Ops.MUL, const(2.0))))
+  c2 = UOp(Ops.CALL, dtypes.void, (body, y))
+  def get(c, i): return UOp(Ops.GETTUPLE, f32, (c,), i)
+  prog = check(sink(store(o1, get(c1, 0).alu(Ops.ADD, get(c2, 0))), store(o2, get(c2, 1))))
+  # x*2 into a buffer, 2 results per call site, then the two stores: nothing of a CALL is fused
+  assert len(prog.kernels) == 1 + 2 * 2 + 2 and len(prog.intermediates) == 5

@@ -26,15 +26,16 @@ def substitute(root: UOp, mapping: dict[UOp, UOp]) -> UOp:
 def _formals(body: UOp) -> list[UOp]: return [u for u in body.toposort() if u.op is Ops.PARAM and u.src]
 
 
-def _bind(fn: UOp) -> dict[UOp, UOp]:
-  """PARAM k of the body -> argument k, checking that every formal has an argument of its shape."""
+def bind_arguments(fn: UOp) -> dict[UOp, UOp]:
+  """PARAM k of the body of a FUNCTION or CALL -> argument k, checking that every formal has an
+  argument of its shape."""
   args, mapping = fn.src[1:], {}
   for p in _formals(fn.src[0]):
     slot = p.arg[0]
     if not 0 <= slot < len(args):
-      raise CompileError([error(None, f"FUNCTION has {len(args)} arguments but its body uses PARAM slot {slot}")])
+      raise CompileError([error(None, f"{fn.op.name} has {len(args)} arguments but its body uses PARAM slot {slot}")])
     if args[slot].shape != p.shape:
-      raise CompileError([error(None, f"FUNCTION argument {slot} has shape {args[slot].shape}, PARAM '{p.arg[1]}' expects {p.shape}")])
+      raise CompileError([error(None, f"{fn.op.name} argument {slot} has shape {args[slot].shape}, PARAM '{p.arg[1]}' expects {p.shape}")])
     mapping[p] = args[slot]
   return mapping
 
@@ -42,7 +43,7 @@ def _bind(fn: UOp) -> dict[UOp, UOp]:
 CALLIFY_RULES = Rules([
   (Pat(Ops.GETTUPLE, src=(Pat(Ops.TUPLE, name="tup"),), name="g"), lambda g, tup: tup.src[g.arg]),
   (Pat(Ops.GETTUPLE, src=(Pat(Ops.FUNCTION, src=(Pat(Ops.TUPLE),), rest=True, name="fn"),), name="g"),
-   lambda g, fn: substitute(fn.src[0].src[g.arg], _bind(fn))),
+   lambda g, fn: substitute(fn.src[0].src[g.arg], bind_arguments(fn))),
 ])
 
 

@@ -15,6 +15,9 @@
    AFTER on those RANGEs), `RANGE(.., REDUCE)` loops over the reduced axes with the update STORE, END,
    and a LOAD after the END.
 
+An opaque CALL (kept by Callify) is compiled apart: its arguments go to buffers, and its body's
+kernels write one buffer per result, with the formals bound to the argument buffers of that call.
+
 The result is a `KernelProgram`: kernel-level SINKs in run order, each with the program buffer
 bound to each of its pointer PARAMs; the memory plan (`uopc.stages.plan`) places the intermediates.
 Symbolic sizes (DEFINE_VAR in shapes) stay symbolic: loop bounds and strides use the variables,
@@ -29,6 +32,7 @@ from math import prod
 from uopc.diagnostics import CompileError, error
 from uopc.dtype import AddrSpace, DType, dtypes
 from uopc.ops import AxisType, GroupOp, Ops
+from uopc.stages.callify import bind_arguments
 from uopc.symbolic import simplify
 from uopc.uop import UOp, shape_values, sint
 
@@ -146,10 +150,11 @@ def _broadcast_index(idx: tuple[UOp, ...], src: tuple[sint, ...], dst: tuple[sin
 
 
 def _data_srcs(u: UOp) -> tuple[UOp, ...]:
-  """The sources whose values `u` reads (not its shape operands, nor the target of a STORE)."""
+  """The sources whose values `u` reads: not its shape operands, the target of a STORE (its buffer is
+  kept, see `_Rangeify`), nor the body of a CALL (compiled on its own)."""
   if u.op in GroupOp.Buffers or u.op in (Ops.CONST, Ops.DEFINE_VAR): return ()
   if u.op in (Ops.RESHAPE, Ops.EXPAND, Ops.PAD, Ops.SHRINK): return u.src[:1]
-  if u.op is Ops.STORE: return u.src[1:]
+  if u.op in (Ops.STORE, Ops.CALL): return u.src[1:]
   return u.src
 
 
@@ -184,7 +189,8 @@ def _realized(order: list[UOp]) -> set[UOp]:
     if u.op is Ops.STORE and len(u.src) == 2 and u.src[1].shape == u.src[0].shape: stored.add(u.src[1])
     forced = u.op in (Ops.CONTIGUOUS, Ops.LOAD) or u.op is Ops.REDUCE and (uses[u] > 1 or reread[u])
     if forced and not (u in stored and uses[u] == 1): out.add(u)
-    own_uses, own_reread = (1, False) if forced or u.op is Ops.STORE else (uses[u], reread[u])
+    root = forced or u.op in (Ops.STORE, Ops.CALL, Ops.GETTUPLE)  # the start of a kernel (or of a CALL's)
+    own_uses, own_reread = (1, False) if root else (uses[u], reread[u])
     for s in _data_srcs(u):
       uses[s] = min(2, uses[s] + own_uses)
       reread[s] = reread[s] or own_reread or _rereads(u, s)
@@ -331,20 +337,47 @@ class _Rangeify:
     self.buffers: dict[str, BufferInfo] = {}
     self.buffer_of: dict[UOp, BufferInfo] = {}
     self.kernels: list[UOp] = []
-    graph = sink.toposort()
-    params = [u for u in graph if u.op is Ops.PARAM]
+    self.call_results: dict[UOp, list[BufferInfo]] = {}
+    order = _order(sink)
+    graph = order + [_strip_after(u.src[0]) for u in order if u.op is Ops.STORE]
+    params = list(dict.fromkeys(u for u in graph if u.op is Ops.PARAM))
     self.next_slot = self.first_temp_slot = max((p.arg[0] + 1 for p in params), default=0)
     for p in params: self.buffer_of[p] = self.declare(p.arg[1], p.dtype, p.shape, p.arg[0])
-    for b in (u for u in graph if u.op is Ops.BUFFER): self.buffer_of[b] = self.declare(b.arg[1], b.dtype, b.shape)
-    order = _order(sink)
+    for b in dict.fromkeys(u for u in graph if u.op is Ops.BUFFER): self.buffer_of[b] = self.declare(b.arg[1], b.dtype, b.shape)
+    self.emit(order)
+    self.variables = tuple(sorted((u for u in sink.toposort() if u.op is Ops.DEFINE_VAR), key=lambda v: v.arg[0]))
+
+  def emit(self, order: list[UOp]) -> None:
+    """The kernels of a data graph, in order: its STOREs, realized values and CALLs."""
     realized = _realized(order)
     for u in order:
       if u.op is Ops.STORE: self.store_kernel(u)
-      elif u in realized:
-        buf = self.declare(self.fresh_name(), u.dtype, u.shape)
-        self.kernel(buf, u, None, realize=True)
-        self.buffer_of[u] = buf
-    self.variables = tuple(sorted((u for u in sink.toposort() if u.op is Ops.DEFINE_VAR), key=lambda v: v.arg[0]))
+      elif u.op is Ops.CALL: self.call(u)
+      elif u.op is Ops.GETTUPLE and u.src[0].op is Ops.CALL: self.buffer_of[u] = self.call_results[u.src[0]][u.arg]
+      elif u in realized: self.buffer_of[u] = self.realize(u, lambda buf: self.kernel(buf, u, None, realize=True))
+
+  def realize(self, u: UOp, write) -> BufferInfo:
+    buf = self.declare(self.fresh_name(), u.dtype, u.shape)
+    write(buf)
+    return buf
+
+  def call(self, c: UOp) -> None:
+    """An opaque CALL: its arguments in buffers, its body's kernels writing one buffer per result.
+    The body is compiled apart from the caller (never fused into it), with its formals bound to the
+    argument buffers for this call only."""
+    body, formals = c.src[0], bind_arguments(c)
+    arg_bufs = {a: self.buffer_of.get(a) or self.realize(a, lambda buf, a=a: self.kernel(buf, a, None)) for a in c.src[1:]}
+    outer = dict(self.buffer_of)
+    results = [self.realize(v, lambda buf: None) for v in body.src]
+    stores = []
+    for v, buf in zip(body.src, results):
+      target = UOp(Ops.PARAM, v.dtype, (UOp.shape_of(v.shape),), (buf.slot, buf.name))
+      self.buffer_of[target] = buf
+      stores.append(UOp(Ops.STORE, dtypes.void, (target, v)))
+    for p, a in formals.items(): self.buffer_of[p] = arg_bufs[a]
+    self.emit(_order(UOp(Ops.SINK, dtypes.void, tuple(stores))))
+    self.buffer_of = outer
+    self.call_results[c] = results
 
   def declare(self, name: str, dtype: DType, shape, slot: int | None = None) -> BufferInfo:
     """An entry argument (at its slot) or an intermediate (at the next free slot)."""
