@@ -1,0 +1,284 @@
+"""`uopc run`: run one entry of a .uop file on numpy arrays and show what it wrote.
+
+Natively (`-t c`, `-t llvm`) the file is built by the real driver into a temporary directory and
+the entry is called through ctypes, with its arguments laid out by the library's own metadata
+(`PREFIX_find_entry`, `PREFIX_entry_info`). With `--emulate`, the entry is lowered by the target's
+pipeline up to Linearize and its kernels run in the reference emulator (uopc.emulator), in order,
+with the intermediates of a tensor program at their memory-plan offsets in one workspace.
+
+Buffers: an array given by name is checked against the program's dtype and size; a buffer with a
+declared shape that is not given is zeros (or, with a seed, random when the entry only reads it); a
+bare kernel pointer has no size, so it must be given. DEFINE_VARs take their values from `variables`.
+"""
+from __future__ import annotations
+
+import ctypes
+import tempfile
+from dataclasses import dataclass
+from math import prod
+from pathlib import Path
+
+import numpy as np
+
+from uopc.diagnostics import CompileError, Diagnostic, error
+from uopc.dtype import DType
+from uopc.emulator import EmulationError, emulate, np_dtype
+from uopc.module import Entry, Module
+from uopc.ops import GroupOp, Ops
+from uopc.uop import UOp, shape_values
+
+NATIVE_TARGETS = ("c", "llvm")
+EMULATED_TARGETS = ("c", "llvm", "cuda", "amd", "metal")
+_LIB = "prog"  # the name of the temporary library: fixed, so any file name works
+
+
+@dataclass(frozen=True)
+class Arg:
+  """One argument of an entry, as the program declares it."""
+  name: str
+  kind: str                       # "buffer" | "var"
+  key: int | str                  # a buffer's slot, a var's name
+  dtype: DType                    # a buffer's element dtype; index for a var
+  shape: tuple | None             # a buffer's declared shape (ints or DEFINE_VARs); None: a bare pointer
+  written: bool
+  node: UOp                       # the PARAM or DEFINE_VAR, for locations
+
+
+@dataclass
+class RunResult:
+  entry: str
+  args: list[Arg]
+  arrays: dict[str, np.ndarray]   # every buffer by name, in its declared shape
+
+
+# ---- what the entry takes -------------------------------------------------------------------------------
+def _store_root(u: UOp) -> UOp:
+  while u.op in (Ops.INDEX, Ops.AFTER) or u.op in GroupOp.Movement: u = u.src[0]
+  return u
+
+
+def entry_arguments(entry: Entry) -> list[Arg]:
+  """The buffers (by slot) and DEFINE_VARs (by name) of an entry, as the launcher orders them."""
+  graph = entry.sink.toposort()
+  written = {_store_root(u.src[0]) for u in graph if u.op is Ops.STORE}
+  params = sorted((u for u in graph if u.op is Ops.PARAM), key=lambda u: u.arg[0])
+  args = []
+  for p in params:
+    if p.src: dtype, shape = p.dtype, shape_values(p.src[0])
+    else: dtype, shape = p.dtype.base, ((p.dtype.size,) if p.dtype.size >= 0 else None)
+    args.append(Arg(str(p.arg[1]), "buffer", p.arg[0], dtype.scalar, shape, p in written, p))
+  defvars = {u.arg[0]: u for u in graph if u.op is Ops.DEFINE_VAR}
+  args += [Arg(name, "var", name, u.dtype, None, False, u) for name, u in sorted(defvars.items())]
+  return args
+
+
+def pick_entry(module: Module, name: str | None) -> Entry:
+  names = [e.name for e in module.entries]
+  if name is None:
+    if len(names) == 1: return module.entries[0]
+    raise _error(module, None, f"{module.path} has {len(names)} entries: choose one with --entry", f"entries: {', '.join(names)}")
+  if name not in names: raise _error(module, None, f"{module.path} has no entry '{name}'", f"entries: {', '.join(names) or 'none'}")
+  return module.entry(name)
+
+
+def _error(module: Module, node: UOp | None, message: str, *notes: str) -> CompileError:
+  loc = module.loc_of(node) if node is not None else None
+  return CompileError([error(loc, message, *notes)], {module.path: module.text})
+
+
+# ---- inputs ---------------------------------------------------------------------------------------------
+def _resolve_shape(module: Module, arg: Arg, variables: dict[str, int]) -> tuple[int, ...] | None:
+  if arg.shape is None: return None
+  dims = []
+  for d in arg.shape:
+    if isinstance(d, int): dims.append(d)
+    elif d.op is Ops.DEFINE_VAR and d.arg[0] in variables: dims.append(int(variables[d.arg[0]]))
+    else: raise _error(module, arg.node, f"the size of buffer '{arg.name}' needs a value for {d.arg[0] if d.op is Ops.DEFINE_VAR else 'an expression'}",
+                       "give it with --var NAME=VALUE")
+  return tuple(dims)
+
+
+def _random(rng: np.random.Generator, dt: DType, shape: tuple[int, ...]) -> np.ndarray:
+  if dt.is_bool(): return rng.random(shape) < 0.5
+  if dt.is_float(): return rng.standard_normal(shape).astype(np_dtype(dt))
+  lo = 0 if dt.is_unsigned() else -10
+  return rng.integers(lo, 10, shape, endpoint=True).astype(np_dtype(dt))
+
+
+def _check_variables(module: Module, args: list[Arg], variables: dict[str, int]) -> None:
+  known = {a.name for a in args if a.kind == "var"}
+  for name in variables:
+    if name not in known: raise _error(module, None, f"--var {name}: the entry has no DEFINE_VAR '{name}'",
+                                       f"its sizes: {', '.join(sorted(known)) or 'none'}")
+  for a in args:
+    if a.kind != "var": continue
+    _, lo, hi = a.node.arg
+    if a.name not in variables: raise _error(module, a.node, f"size '{a.name}' needs a value: --var {a.name}=VALUE (in [{lo}, {hi}])")
+    if not lo <= variables[a.name] <= hi:
+      raise _error(module, a.node, f"--var {a.name}={variables[a.name]} is outside the range [{lo}, {hi}] the program declares")
+
+
+def prepare_arrays(module: Module, args: list[Arg], inputs: dict[str, np.ndarray], variables: dict[str, int],
+                   seed: int | None) -> dict[str, np.ndarray]:
+  """One contiguous array per buffer argument, in its declared shape (1-D for a bare pointer)."""
+  buffers = {a.name: a for a in args if a.kind == "buffer"}
+  for name in inputs:
+    if name not in buffers: raise _error(module, None, f"--input {name}: the entry has no buffer '{name}'",
+                                         f"its buffers: {', '.join(buffers) or 'none'}")
+  _check_variables(module, args, variables)
+  rng = np.random.default_rng(seed) if seed is not None else None
+  arrays = {}
+  for name, a in buffers.items():
+    shape = _resolve_shape(module, a, variables)
+    if name in inputs: arrays[name] = _checked_input(module, a, inputs[name], shape)
+    elif shape is None:
+      raise _error(module, a.node, f"buffer '{name}' has no declared size: give it with --input {name}=FILE.npy")
+    elif rng is not None and not a.written: arrays[name] = _random(rng, a.dtype, shape)
+    else: arrays[name] = np.zeros(shape, np_dtype(a.dtype))
+  return arrays
+
+
+def _checked_input(module: Module, a: Arg, given: np.ndarray, shape: tuple[int, ...] | None) -> np.ndarray:
+  want = np_dtype(a.dtype)
+  if given.dtype != want:
+    raise _error(module, a.node, f"input '{a.name}' holds {given.dtype}, but buffer '{a.name}' is {a.dtype.name}")
+  if shape is not None and given.size != prod(shape):
+    raise _error(module, a.node, f"input '{a.name}' has {given.size} elements (shape {tuple(given.shape)}), "
+                                 f"but buffer '{a.name}' has shape {shape} ({prod(shape)} elements)")
+  return np.ascontiguousarray(given).reshape(shape if shape is not None else (-1,)).copy()
+
+
+# ---- running --------------------------------------------------------------------------------------------
+def run_file(path: str | Path, entry: str | None = None, target: str = "c", inputs: dict[str, np.ndarray] | None = None,
+             variables: dict[str, int] | None = None, seed: int | None = None, emulated: bool = False) -> RunResult:
+  """Run one entry of the file at `path`; the arrays of the result hold every buffer afterwards."""
+  from uopc.frontend import load_module
+  from uopc.verify import verify_module
+  module = load_module(str(path))
+  diags = [d for d in verify_module(module) if d.severity == "error"]
+  if diags: raise CompileError(diags, {module.path: module.text})
+  chosen = pick_entry(module, entry)
+  if not emulated and target not in NATIVE_TARGETS:
+    raise CompileError([error(None, f"-t {target} runs on a device: use --emulate to run its kernels in the emulator",
+                              f"targets that run natively: {', '.join(NATIVE_TARGETS)}")])
+  args = entry_arguments(chosen)
+  variables = dict(variables or {})
+  arrays = prepare_arrays(module, args, dict(inputs or {}), variables, seed)
+  if emulated: run_emulated(module, chosen, target, args, arrays, variables)
+  else: run_native(Path(path), chosen, target, args, arrays, variables)
+  return RunResult(chosen.name, args, arrays)
+
+
+def run_emulated(module: Module, entry: Entry, target: str, args: list[Arg], arrays: dict[str, np.ndarray],
+                 variables: dict[str, int]) -> None:
+  """Lower `entry` with `target`'s pipeline up to Linearize and emulate its kernels in order."""
+  from uopc.driver import check_target
+  from uopc.pipeline import TENSOR_STAGES, PrintOptions, pipeline, run_kernel_stages
+  check_target(target)
+  stages = pipeline(target, module.loc_of)
+  names = [s.name for s in stages]
+  kernel_stages = [s for s in stages if s.name not in TENSOR_STAGES]
+  kernel_stages = kernel_stages[:[s.name for s in kernel_stages].index("linearize") + 1]
+  slots = {a.key: arrays[a.name].reshape(-1) for a in args if a.kind == "buffer"}
+  if entry.kind == "func":
+    if "rangeify" not in names: raise _error(module, None, f"entry '{entry.name}': -t {target} cannot lower tensor-level entries yet")
+    schedule = run_kernel_stages([s for s in stages if s.name in TENSOR_STAGES], entry.sink, entry.name, PrintOptions())
+    workspace = np.zeros(schedule.workspace_size, np.uint8)
+    for p in schedule.placements:
+      slots[p.buffer.slot] = workspace[p.offset:p.offset + p.nbytes].view(np_dtype(p.buffer.dtype))
+    kernels = schedule.kernels
+  else: kernels = (entry.sink,)
+  for i, k in enumerate(kernels):
+    linear = run_kernel_stages(kernel_stages, k, f"{entry.name}_k{i}", PrintOptions())
+    try:
+      emulate(linear, slots, variables, module.loc_of)
+    except EmulationError as e:
+      raise CompileError(e.diagnostics, {module.path: module.text}) from None
+
+
+# ---- the native library, through ctypes -------------------------------------------------------------------
+class _ArgInfo(ctypes.Structure):
+  _fields_ = [("name", ctypes.c_char_p), ("kind", ctypes.c_int32), ("dtype", ctypes.c_int32), ("dtype_name", ctypes.c_char_p),
+              ("written", ctypes.c_int32), ("ndim", ctypes.c_int32), ("shape", ctypes.POINTER(ctypes.c_int64)),
+              ("min", ctypes.c_int64), ("max", ctypes.c_int64)]
+
+
+class _EntryInfo(ctypes.Structure):
+  _fields_ = [("name", ctypes.c_char_p), ("num_args", ctypes.c_int32), ("args", ctypes.POINTER(_ArgInfo))]
+
+
+_KIND_VAR = 1  # uopc_arg_kind UOPC_ARG_VAR
+
+
+def build_library(path: Path, target: str, out_dir: Path) -> Path:
+  from uopc.driver import BuildOptions, build, check_target
+  check_target(target)
+  build(path, BuildOptions(target, out_dir, ("so", "header"), name=_LIB))
+  return out_dir / f"lib{_LIB}.so"
+
+
+def run_native(path: Path, entry: Entry, target: str, args: list[Arg], arrays: dict[str, np.ndarray],
+               variables: dict[str, int]) -> None:
+  with tempfile.TemporaryDirectory(prefix="uopc-run-") as tmp:
+    lib = ctypes.CDLL(str(build_library(path, target, Path(tmp))))
+    call_entry(lib, _LIB, entry.name, args, arrays, variables)
+
+
+def call_entry(lib: ctypes.CDLL, prefix: str, entry: str, args: list[Arg], arrays: dict[str, np.ndarray],
+               variables: dict[str, int]) -> None:
+  """Call PREFIX_ENTRY with the arguments its metadata lists: buffers in slot order, then sizes."""
+  find_entry, entry_info, strerror = (getattr(lib, f"{prefix}_{f}") for f in ("find_entry", "entry_info", "strerror"))
+  find_entry.restype, entry_info.restype, strerror.restype = ctypes.c_int, ctypes.POINTER(_EntryInfo), ctypes.c_char_p
+  index = find_entry(entry.encode())
+  if index < 0: raise RuntimeError(f"the library has no entry '{entry}'")
+  info = entry_info(index).contents
+  buffers = iter(a for a in args if a.kind == "buffer")
+  actual = []
+  for i in range(info.num_args):
+    meta = info.args[i]
+    if meta.kind == _KIND_VAR:
+      actual.append(ctypes.c_int64(variables[meta.name.decode()]))
+      continue
+    a = next(buffers, None)
+    if a is None or meta.dtype_name.decode() != a.dtype.name:
+      raise RuntimeError(f"library argument {i} ({meta.name.decode()}, {meta.dtype_name.decode()}) does not match the program's buffers")
+    actual.append(ctypes.c_void_p(arrays[a.name].ctypes.data))
+  fn = getattr(lib, f"{prefix}_{entry}")
+  fn.restype = ctypes.c_int
+  status = fn(*actual)
+  if status != 0:
+    raise CompileError([error(None, f"entry '{entry}' refused its arguments: {strerror(status).decode()}")])
+
+
+# ---- output ---------------------------------------------------------------------------------------------
+def written_buffers(result: RunResult) -> list[Arg]:
+  return [a for a in result.args if a.kind == "buffer" and a.written]
+
+
+def format_result(result: RunResult) -> str:
+  """Every written buffer, numpy style, under a `name: dtype[shape]` line."""
+  out = []
+  with np.printoptions(threshold=1000, linewidth=100):
+    for a in written_buffers(result):
+      arr = result.arrays[a.name]
+      out.append(f"{a.name}: {a.dtype.name}[{', '.join(map(str, arr.shape))}]\n{np.array2string(arr, separator=' ')}")
+  return "\n".join(out) + ("\n" if out else "")
+
+
+def save_outputs(result: RunResult, outputs: dict[str, str]) -> None:
+  for name, file in outputs.items():
+    if name not in result.arrays:
+      raise CompileError([error(None, f"--output {name}: entry '{result.entry}' has no buffer '{name}'",
+                                f"its buffers: {', '.join(result.arrays) or 'none'}")])
+    np.save(file, result.arrays[name])
+
+
+def load_inputs(specs: dict[str, str]) -> dict[str, np.ndarray]:
+  arrays, diags = {}, []
+  for name, file in specs.items():
+    try:
+      arrays[name] = np.load(file, allow_pickle=False)
+    except (OSError, ValueError) as e:
+      diags.append(Diagnostic(None, f"cannot read --input {name}={file}: {e}"))
+  if diags: raise CompileError(diags)
+  return arrays
