@@ -177,6 +177,61 @@ def build(file, target, out_dir, emit, archs, opt_level, print_before, print_aft
   run_build(file, BuildOptions(target, out, emit, int(opt_level), print_before, print_after, None, depfile, name, archs or ()))
 
 
+_RUN_HELP = """Run entry NAME of FILE on numpy arrays and print every buffer it writes (numpy style).
+
+Buffers come from --input NAME=FILE.npy (dtype and size must match the program); a buffer with a
+declared shape that is not given is zeros, or random with --seed when the entry only reads it. A bare
+kernel pointer (ptr<T> without a size) must be given. Sizes (DEFINE_VARs) come from --var NAME=VALUE.
+
+With -t c (default) or -t llvm the file is built by `uopc build` into a temporary directory and the
+library is called. With --emulate, the kernels that -t TARGET's pipeline makes (up to linearize) run
+in uopc's reference emulator instead, which reports out-of-bounds accesses, reads of uninitialised
+LOCAL memory and missing BARRIERs with their source location.
+
+\b
+Examples:
+  uopc run samples/gemm.uop --seed 0
+  uopc run samples/c-app/saxpy.uop --input x=x.npy --input y=y.npy --input out=out.npy --var n=4
+  uopc run model.uop --entry main -t c --emulate --output out=out.npy
+"""
+
+
+def _pairs(ctx, param, values) -> dict[str, str]:
+  out = {}
+  for v in values:
+    name, eq, rest = v.partition("=")
+    if not eq or not name or not rest: raise click.BadParameter(f"'{v}': expected NAME=VALUE")
+    out[name] = rest
+  return out
+
+
+def _int_pairs(ctx, param, values) -> dict[str, int]:
+  pairs = _pairs(ctx, param, values)
+  try:
+    return {k: int(v, 0) for k, v in pairs.items()}
+  except ValueError as e:
+    raise click.BadParameter(f"sizes are integers: {e}") from e
+
+
+@cli.command(help=_RUN_HELP)
+@click.argument("file", type=click.Path(dir_okay=False))
+@click.option("--entry", default=None, metavar="NAME", help="The entry to run (needed when FILE has several).")
+@click.option("-t", "--target", default="c", show_default=True, type=click.Choice(["c", "llvm", "cuda", "amd", "metal"]),
+              help="Target whose code runs: natively for c and llvm, in the emulator (--emulate) for any.")
+@click.option("--input", "inputs", multiple=True, callback=_pairs, metavar="NAME=FILE.npy", help="A buffer's contents (repeatable).")
+@click.option("--var", "variables", multiple=True, callback=_int_pairs, metavar="NAME=VALUE", help="A size's value (repeatable).")
+@click.option("--seed", type=int, default=None, help="Fill the read-only buffers not given with random values from this seed.")
+@click.option("--output", "outputs", multiple=True, callback=_pairs, metavar="NAME=FILE.npy",
+              help="Save a buffer to FILE.npy instead of printing the results (repeatable).")
+@click.option("--emulate", is_flag=True, help="Run the target's kernels in the reference emulator.")
+@compiler_command
+def run(file, entry, target, inputs, variables, seed, outputs, emulate):
+  from uopc.run import format_result, load_inputs, run_file, save_outputs
+  result = run_file(file, entry, target, load_inputs(inputs), variables, seed, emulate)
+  if outputs: save_outputs(result, outputs)
+  else: click.echo(format_result(result), nl=False)
+
+
 def _write_atomic(path: Path, text: str) -> None:
   tmp = path.with_name(f".{path.name}.tmp")
   tmp.write_text(text)
