@@ -88,6 +88,7 @@ def build(path: str | Path, opts: BuildOptions = BuildOptions()) -> list[Path]:
     if opts.depfile is not None:
       staged[opts.depfile] = staging / "deps.d"
       staged[opts.depfile].write_text(make_dependencies(list(outputs.values()), [Path(path)]))
+    outputs = {k: dest for k, dest in outputs.items() if k in staged}  # a target may lack a tool here (it says so)
     for kind, dest in outputs.items(): os.replace(staged[kind], dest)
     if opts.depfile is not None: os.replace(staged[opts.depfile], opts.depfile)
   finally:

@@ -44,11 +44,14 @@ def _bound_expr(u: UOp, var_names: dict[str, str]) -> str:
   raise CompileError([error(None, f"metal launcher: a launch bound uses {u.op.name}, which it cannot evaluate")])
 
 
-def _metal_args(kernel: MetalKernel, by_key: dict) -> list[str]:
-  """Bind each kernel parameter at its position in the signature (the argument table index)."""
+def _metal_args(kernel: MetalKernel, by_key: dict, offsets: dict[int, int]) -> list[str]:
+  """Bind each kernel parameter at its position in the signature (the argument table index); an
+  intermediate buffer is the workspace at its planned offset."""
   lines = []
   for i, p in enumerate(kernel.params):
-    if p.kind == "buffer":
+    if p.kind == "buffer" and p.slot in offsets:
+      lines.append(f"    [enc setBuffer:ws offset:{offsets[p.slot]} atIndex:{i}];")
+    elif p.kind == "buffer":
       a = by_key[("buffer", p.slot)]
       lines.append(f"    [enc setBuffer:(__bridge id<MTLBuffer>)(void*){a.c_name} offset:0 atIndex:{i}];")
     else:
@@ -66,22 +69,29 @@ def _dispatch(kernel: MetalKernel, var_names: dict[str, str], pipeline: str) -> 
   return f"    [enc dispatchThreads:{size(kernel.grid)} threadsPerThreadgroup:{group}];"
 
 
+def _workspace(entry: EntryKernels) -> list[str]:
+  """A private MTLBuffer per call for the intermediates (the command buffer keeps it alive until the
+  GPU is done), so concurrent calls never share one."""
+  if entry.workspace is None: return []
+  return [f"    id<MTLBuffer> ws = [q.device newBufferWithLength:{entry.workspace.size} options:MTLResourceStorageModePrivate];",
+          "    if (ws == nil) return UOPC_ERR_NO_MEMORY;"]
+
+
 def _entry_function(prefix: str, entry: EntryKernels, first_kernel: int) -> str:
-  if getattr(entry, "workspace", None) is not None:
-    raise CompileError([error(None, f"metal launcher: entry '{entry.name}' needs a workspace, which -t metal does not support yet")])
+  offsets = dict(entry.workspace.offsets) if entry.workspace else {}
   args = entry_args(entry)
   by_key = {(a.kind, a.key): a for a in args}
   var_names = {a.key: a.c_name for a in args if a.kind == "var"}
   body = []
   for i, k in enumerate(entry.kernels):
     pipeline = f"((id<MTLComputePipelineState>)[pipelines objectAtIndex:{first_kernel + i}])"
-    body += [f"    [enc setComputePipelineState:{pipeline}];", *_metal_args(k, by_key), _dispatch(k, var_names, pipeline)]
+    body += [f"    [enc setComputePipelineState:{pipeline}];", *_metal_args(k, by_key, offsets), _dispatch(k, var_names, pipeline)]
   return "\n".join([f"{_prototype(prefix, entry, args)} {{", *_checks(args),
                     "  @autoreleasepool {",
                     "    id<MTLCommandQueue> q = (__bridge id<MTLCommandQueue>)queue;",
                     "    if (q == nil) return UOPC_ERR_NULL_POINTER;",
                     f"    NSArray* pipelines = {prefix}__pipelines(q.device);",
-                    f"    if (pipelines == nil) return {prefix}_ERR_METAL;",
+                    f"    if (pipelines == nil) return {prefix}_ERR_METAL;", *_workspace(entry),
                     "    id<MTLCommandBuffer> cb = [q commandBuffer];",
                     "    id<MTLComputeCommandEncoder> enc = [cb computeCommandEncoder];", *body,
                     "    [enc endEncoding];", "    [cb commit];", "  }", "  return UOPC_OK;", "}"])

@@ -279,7 +279,7 @@ def _deref(k: _Kernel, index: UOp, dt: DType) -> str:
 
 def _load(k: _Kernel, u: UOp) -> None:
   val = _deref(k, u.src[0], u.dtype)
-  if len(u.src) == 3: val = f"({_strip_parens(k.r[u.src[2]])}?{val}:{k.r[u.src[1]]})"
+  if len(u.src) == 3: val = f"({k.r[u.src[2]]}?{val}:{k.r[u.src[1]]})"
   name = k.fresh("val")
   k.emit(f"{metal_type(u.dtype)} {name} = {val};")
   k.r[u] = name

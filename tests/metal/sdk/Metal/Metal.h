@@ -5,6 +5,7 @@
 
 typedef struct { NSUInteger width, height, depth; } MTLSize;
 static inline MTLSize MTLSizeMake(NSUInteger w, NSUInteger h, NSUInteger d) { MTLSize s = {w, h, d}; return s; }
+typedef enum { MTLResourceStorageModeShared = 0, MTLResourceStorageModePrivate = 32 } MTLResourceOptions;
 typedef enum { MTLCommandBufferStatusNotEnqueued = 0, MTLCommandBufferStatusCompleted = 4, MTLCommandBufferStatusError = 5 } MTLCommandBufferStatus;
 
 @protocol MTLDevice;
@@ -43,5 +44,6 @@ typedef enum { MTLCommandBufferStatusNotEnqueued = 0, MTLCommandBufferStatusComp
 @end
 @protocol MTLDevice <NSObject>
 - (id<MTLLibrary>)newLibraryWithSource:(NSString *)source options:(MTLCompileOptions *)options error:(NSError **)error;
+- (id<MTLBuffer>)newBufferWithLength:(NSUInteger)length options:(MTLResourceOptions)options;
 - (id<MTLComputePipelineState>)newComputePipelineStateWithFunction:(id<MTLFunction>)fn error:(NSError **)error;
 @end
