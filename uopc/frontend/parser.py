@@ -114,7 +114,8 @@ class EntryBuilder:
   def _operands(self, s: Stmt, loc: Loc) -> tuple[UOp, ...]:
     refs = [self._ref(o) for o in s.operands if isinstance(o, Ref)]
     if any(r is None for r in refs): raise Poisoned()
-    lit_dtype = _literal_dtype(s.opname, refs, s.dtype) if len(refs) < len(s.operands) else None
+    written = s.dtype if isinstance(s.dtype, DType) else None
+    lit_dtype = _literal_dtype(s.opname, refs, written) if len(refs) < len(s.operands) else None
     out = []
     for o in s.operands:
       if isinstance(o, Ref): out.append(self.values[o.name])
