@@ -68,13 +68,23 @@ class _Linearizer:
   def _scopes(self) -> dict[UOp, frozenset]:
     scope: dict[UOp, frozenset] = {}
     inner: dict[UOp, frozenset] = {}
+    ended: dict[UOp, frozenset] = {}  # the blocks whose closer u depends on: u must come after them
     for u in self.nodes:
       s = frozenset().union(*(inner[x] for x in u.src))
+      ended[u] = frozenset().union(*(ended[x] for x in u.src))
+      if stale := sorted(s & ended[u], key=self.pos.__getitem__):
+        raise _fail(f"{u.op.name} uses {self._label(stale[0])} after its {'ENDIF' if stale[0].op is Ops.IF else 'END'}")
+      if u.op in CLOSERS: ended[u] |= {closed_block(u)}
       scope[u] = s
       if u.op in OPENERS: inner[u] = s | {u}
-      elif u.op in CLOSERS: inner[u] = s - {closed_block(u)}
+      elif u.op in CLOSERS: inner[u] = self._outside(closed_block(u), s, scope)
       else: inner[u] = s
     return scope
+
+  @staticmethod
+  def _outside(b: UOp, blocks: frozenset, scope: dict) -> frozenset:
+    """The blocks of `blocks` that stay open after b closes: not b, nor any block whose header lies in b."""
+    return frozenset(a for a in blocks if a is not b and b not in scope[a])
 
   def _explicit_closers(self) -> dict[UOp, UOp]:
     closer: dict[UOp, UOp] = {}
@@ -88,7 +98,7 @@ class _Linearizer:
   # ---- 2. nesting order ------------------------------------------------------------------------------
   def _hard_enclosers(self, b: UOp) -> set:
     outer = set(self.scope[b])
-    if b in self.closer: outer |= self.scope[self.closer[b]] - {b}
+    if b in self.closer: outer |= self._outside(b, self.scope[self.closer[b]], self.scope)
     return outer
 
   def _tie_key(self, b: UOp) -> tuple:
@@ -181,8 +191,6 @@ class _Linearizer:
       for m in self._members(it, level):
         for s in m.src:
           if s is block or (dep := self._item_at(s, block, level)) is None: continue
-          if s.op in CLOSERS and closed_block(s) is block:
-            raise _fail(f"{m.op.name} uses the END of {self._label(block)} but lies inside it")
           if dep is not it: deps[it].add(dep)
     for it in self._toposort_units(items, deps):
       out.append(it)
