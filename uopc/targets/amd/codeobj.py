@@ -52,9 +52,10 @@ def check_archs(archs: Sequence[str]) -> None:
 
 
 def code_object(kernels: Sequence, arch: str, module_id: str, opt_level: int = 3) -> tuple[str, bytes]:
-  """The ISA text and the relocatable object of `kernels` (rendered with target="amdgcn") for `arch`."""
+  """The ISA text and the relocatable object of `kernels` (rendered with target="amdgcn") for `arch`.
+  Code generation rewrites the IR it runs on, so each output is generated from its own copy."""
   module, tm = compile_module(render_module(kernels, "amdgcn", arch, module_id), "amdgcn", arch, opt_level)
-  return tm.emit_assembly(module), tm.emit_object(module)
+  return tm.emit_assembly(module.clone()), tm.emit_object(module)
 
 
 def link(obj: Path, out: Path, linker: str) -> None:

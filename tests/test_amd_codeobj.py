@@ -1,0 +1,187 @@
+"""`-t amd` without a GPU: for every sample and arch, the AMD ISA text assembles back with LLVM's
+assembler to the very machine code llvmlite emitted, and the .hsaco is a linked AMDGPU ELF with one
+kernel descriptor per kernel and the amdhsa metadata naming each kernel's arguments (read by
+pyelftools and a small MessagePack reader written here); `uopc build -t amd` writes it all.
+
+The assembler is the newest `llvm-mc` found (Debian's `llvm-19` package here; CI installs it). It may be
+older than llvmlite's LLVM (22): directives that LLVM added after the assembler's version
+(`NEWER_DIRECTIVES`) are dropped before assembling, which leaves the machine code untouched; they
+only set kernel-descriptor hints.
+"""
+from __future__ import annotations
+
+import glob
+import re
+import shutil
+import struct
+import subprocess
+import tempfile
+from pathlib import Path
+
+import pytest
+from elftools.elf.elffile import ELFFile
+
+from uopc.frontend import load_module
+from uopc.pipeline import compile_module
+from uopc.targets.amd.codeobj import build_code_objects, find_linker
+from uopc.targets.llvm.render import AMD_ARCHS
+
+ROOT = Path(__file__).resolve().parents[1]
+EM_AMDGPU = 224
+NT_AMDGPU_METADATA = 32
+NEWER_DIRECTIVES = {20: (".amdhsa_inst_pref_size",)}  # the LLVM version that introduced each
+
+
+def _llvm_mc() -> tuple[str, int] | None:
+  found = [p for p in [shutil.which("llvm-mc"), *glob.glob("/usr/lib/llvm-*/bin/llvm-mc")] if p]
+  versions = []
+  for path in found:
+    out = subprocess.run([path, "--version"], capture_output=True, text=True).stdout
+    if m := re.search(r"LLVM version (\d+)", out): versions.append((int(m.group(1)), path))
+  return (max(versions)[1], max(versions)[0]) if versions else None
+
+
+LLVM_MC = _llvm_mc()
+LINKER = find_linker()
+needs_linker = pytest.mark.skipif(LINKER is None, reason="ld.lld not found (Debian: apt-get install lld-19)")
+
+
+def sample_kernels() -> list[tuple[str, list]]:
+  """(sample, rendered AmdKernels) for every sample the HIP launcher can take (no workspaces)."""
+  out = []
+  for path in sorted((ROOT / "samples").glob("*.uop")):
+    module = load_module(str(path))
+    try:
+      entries = compile_module(module, "amd", path.stem)
+    except Exception as e:  # a sample the shared stages cannot lower yet is the -t c tests' business
+      print(f"skipping {path.name}: {e}")
+      continue
+    if all(e.workspace is None for e in entries): out.append((path.stem, [k for e in entries for k in e.kernels]))
+  return out
+
+
+SAMPLES = sample_kernels()
+
+
+@pytest.fixture(scope="module")
+def built(tmp_path_factory) -> dict[tuple[str, str], dict[str, Path]]:
+  """Every sample's code objects for every arch, built once."""
+  out = {}
+  for name, kernels in SAMPLES:
+    d = tmp_path_factory.mktemp(name)
+    paths = build_code_objects(d, name, kernels, AMD_ARCHS)
+    for arch in AMD_ARCHS: out[(name, arch)] = {k.split(".")[0]: p for k, p in paths.items() if k.endswith(arch)}
+  return out
+
+
+def test_samples_are_covered():
+  assert {"seed002_add2", "seed002_cast", "seed001_loop", "gemm"} <= {n for n, _ in SAMPLES}
+
+
+def text_section(obj: bytes) -> bytes:
+  import io
+  return ELFFile(io.BytesIO(obj)).get_section_by_name(".text").data()
+
+
+@pytest.mark.skipif(LLVM_MC is None, reason="llvm-mc not found (Debian: apt-get install llvm-19)")
+@pytest.mark.parametrize("arch", AMD_ARCHS)
+@pytest.mark.parametrize("sample", [n for n, _ in SAMPLES])
+def test_isa_assembles_back_to_the_same_machine_code(built, sample, arch):
+  mc, version = LLVM_MC
+  paths = built[(sample, arch)]
+  dropped = tuple(d for since, names in NEWER_DIRECTIVES.items() if version < since for d in names)
+  asm = "\n".join(line for line in paths["asm"].read_text().splitlines() if not line.strip().startswith(dropped))
+  with tempfile.TemporaryDirectory() as tmp:
+    src, obj = Path(tmp) / "k.s", Path(tmp) / "k.o"
+    src.write_text(asm + "\n")
+    done = subprocess.run([mc, "-triple=amdgcn-amd-amdhsa", f"-mcpu={arch}", "-filetype=obj", "-o", str(obj), str(src)],
+                          capture_output=True, text=True)
+    if "invalid CPU" in done.stderr or "not a recognized processor" in done.stderr:
+      pytest.skip(f"llvm-mc {version} does not know {arch}")
+    assert done.returncode == 0, done.stderr
+    assert text_section(obj.read_bytes()) == text_section(paths["object"].read_bytes())
+
+
+# ---- the code object ---------------------------------------------------------------------------------------
+def msgpack(data: bytes, pos: int = 0):
+  """Decode one MessagePack value at `pos`; returns (value, next position). Enough for amdhsa metadata."""
+  b = data[pos]
+  pos += 1
+  def take(n): return data[pos:pos + n], pos + n
+  def seq(n, is_map):
+    nonlocal pos
+    items = []
+    for _ in range(n * (2 if is_map else 1)):
+      v, pos = msgpack(data, pos)
+      items.append(v)
+    return (dict(zip(items[::2], items[1::2])) if is_map else items), pos
+  if b <= 0x7F: return b, pos
+  if b >= 0xE0: return b - 0x100, pos
+  if 0x80 <= b <= 0x8F: return seq(b & 0x0F, True)
+  if 0x90 <= b <= 0x9F: return seq(b & 0x0F, False)
+  if 0xA0 <= b <= 0xBF:
+    raw, pos = take(b & 0x1F)
+    return raw.decode(), pos
+  if b in (0xC0, 0xC2, 0xC3): return {0xC0: None, 0xC2: False, 0xC3: True}[b], pos
+  sizes = {0xCC: ">B", 0xCD: ">H", 0xCE: ">I", 0xCF: ">Q", 0xD0: ">b", 0xD1: ">h", 0xD2: ">i", 0xD3: ">q", 0xCA: ">f", 0xCB: ">d"}
+  if b in sizes:
+    raw, pos = take(struct.calcsize(sizes[b]))
+    return struct.unpack(sizes[b], raw)[0], pos
+  lengths = {0xD9: ">B", 0xDA: ">H", 0xDB: ">I", 0xC4: ">B", 0xC5: ">H", 0xC6: ">I", 0xDC: ">H", 0xDD: ">I", 0xDE: ">H", 0xDF: ">I"}
+  raw, pos = take(struct.calcsize(lengths[b]))
+  n = struct.unpack(lengths[b], raw)[0]
+  if b in (0xDC, 0xDD, 0xDE, 0xDF): return seq(n, b in (0xDE, 0xDF))
+  raw, pos = take(n)
+  return (raw.decode() if b in (0xD9, 0xDA, 0xDB) else raw), pos
+
+
+def test_msgpack_reader_on_hand_encoded_values():
+  assert msgpack(bytes([0x82, 0xA1, 0x61, 0x01, 0xA1, 0x62, 0x92, 0xC3, 0xD0, 0xFE]))[0] == {"a": 1, "b": [True, -2]}
+  assert msgpack(bytes([0xDA, 0x00, 0x02]) + b"hi")[0] == "hi"
+
+
+def amdhsa_metadata(elf: ELFFile) -> dict:
+  for section in elf.iter_sections():
+    if section["sh_type"] != "SHT_NOTE": continue
+    for note in section.iter_notes():
+      if note["n_name"] == "AMDGPU" and note["n_type"] == NT_AMDGPU_METADATA: return msgpack(note["n_descdata"])[0]
+  raise AssertionError("no amdhsa metadata note")
+
+
+@needs_linker
+@pytest.mark.parametrize("arch", AMD_ARCHS)
+@pytest.mark.parametrize("sample", [n for n, _ in SAMPLES])
+def test_hsaco_has_descriptors_and_argument_metadata(built, sample, arch):
+  kernels = dict(SAMPLES)[sample]
+  with open(built[(sample, arch)]["hsaco"], "rb") as f:
+    elf = ELFFile(f)
+    assert elf["e_machine"] in ("EM_AMDGPU", EM_AMDGPU) and elf["e_type"] == "ET_DYN"
+    symbols = {s.name: s["st_info"]["type"] for s in elf.get_section_by_name(".symtab").iter_symbols()}
+    meta = amdhsa_metadata(elf)
+  assert meta["amdhsa.target"].endswith(arch)
+  assert sorted(n for n in symbols if n.endswith(".kd")) == sorted(f"{k.name}.kd" for k in kernels)
+  by_name = {k[".name"]: k for k in meta["amdhsa.kernels"]}
+  for k in kernels:
+    assert symbols[k.name] == "STT_FUNC" and symbols[f"{k.name}.kd"] == "STT_OBJECT"
+    entry = by_name[k.name]
+    assert entry[".symbol"] == f"{k.name}.kd"
+    explicit = [a for a in entry[".args"] if not a[".value_kind"].startswith("hidden_")]
+    assert [a[".name"] for a in explicit] == [p.name for p in k.params]
+    assert [a[".value_kind"] for a in explicit] == ["global_buffer" if p.kind == "buffer" else "by_value" for p in k.params]
+    assert all(a[".size"] == 8 for a in explicit)
+    assert entry[".max_flat_workgroup_size"] == k.geometry.max_flat_size
+
+
+@needs_linker
+def test_uopc_build_amd_writes_every_artifact_reproducibly(tmp_path):
+  sample = ROOT / "samples" / "seed002_add2.uop"
+  outs = []
+  for run in ("a", "b"):
+    done = subprocess.run([str(ROOT / ".venv/bin/uopc"), "build", str(sample), "-t", "amd", "-o", str(tmp_path / run)],
+                          capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr
+    outs.append(sorted(p.name for p in (tmp_path / run).iterdir()))
+  expected = sorted([f"seed002_add2.{a}.{e}" for a in AMD_ARCHS for e in ("s", "o", "hsaco")] +
+                    ["seed002_add2.h", "seed002_add2_hip.c", "libseed002_add2.so"])
+  assert outs[0] == outs[1] == expected
+  for name in expected: assert (tmp_path / "a" / name).read_bytes() == (tmp_path / "b" / name).read_bytes(), name
