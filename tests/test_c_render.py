@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import math
 import re
+from pathlib import Path
 
 import ml_dtypes
 import numpy as np
@@ -279,3 +280,42 @@ def test_bad_names_are_compile_errors():
   v = UOp(Ops.DEFINE_VAR, idx, (), ("int", 0, 4))
   with pytest.raises(CompileError, match="DEFINE_VAR name"):
     render_kernel(linearize(sink(store(d0, v, c(1, i32)))), "k")
+
+
+# ---- the seed samples, from .uop text ---------------------------------------------------------------------------
+SAMPLES = Path(__file__).parent.parent / "samples"
+
+
+def sample_kernel(name: str):
+  from uopc.frontend import load_module
+  (entry,) = load_module(SAMPLES / f"{name}.uop").entries
+  return entry.sink, entry.name
+
+
+@pytest.mark.parametrize("name,inputs,expected", [
+  ("seed002_add1", ([1], [2]), [3]),
+  ("seed002_add1_named", ([1], [2]), [3]),
+  ("seed001_alu", ([1], [2]), [3]),
+  ("seed002_add2", ([1, 3], [2, 5]), [3, 8]),
+  ("seed002_cast", ([1, 3], [4, 3]), [5.0, 6.0]),
+])
+def test_seed_samples_give_the_results_the_seeds_state(name, inputs, expected):
+  k, entry = sample_kernel(name)
+  out_dt = np.float32 if name.endswith("cast") else np.int32
+  out, *_ = run(k, np.zeros(len(expected), out_dt), *(np.array(x, np.int32) for x in inputs), name=entry)
+  assert out.tolist() == expected and out.dtype == out_dt
+
+
+def test_seed001_special_is_a_loop_over_all_ten_threads():
+  # every thread writes data1[gidx0] + data2[gidx0] to data0[0]: the last one (gidx0 = 9) is what remains
+  k, entry = sample_kernel("seed001_special")
+  src = render_kernel(linearize(k), entry).source
+  assert "for (int64_t gidx0 = 0; gidx0 < 10; gidx0++) {" in src
+  out, _, _ = run(k, np.zeros(1, np.int32), np.arange(10, dtype=np.int32), np.full(10, 100, np.int32), name=entry)
+  assert out.tolist() == [109]
+
+
+def test_seed001_loop_and_store_samples_compile():
+  for name in ("seed001_loop", "seed001_store"):
+    k, entry = sample_kernel(name)
+    for compiler, _ in CONFIGS: compile_c(C_PRELUDE + render_kernel(linearize(k), entry).source, compiler, shared=False)
