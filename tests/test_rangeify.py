@@ -244,3 +244,17 @@ def test_call_is_compiled_apart_for_each_call_site():
   prog = check(sink(store(o1, get(c1, 0).alu(Ops.ADD, get(c2, 0))), store(o2, get(c2, 1))))
   # x*2 into a buffer, 2 results per call site, then the two stores: nothing of a CALL is fused
   assert len(prog.kernels) == 1 + 2 * 2 + 2 and len(prog.intermediates) == 5
+
+
+def test_assign_then_read_after_runs_in_order():
+  x, out = param(0, "x", (5,)), param(1, "out", (5,))
+  st = store(x, x.alu(Ops.ADD, const(1.0)))
+  after = UOp(Ops.AFTER, f32, (x, st))
+  prog = check(sink(UOp(Ops.GROUP, dtypes.void, (store(out, after.alu(Ops.MUL, const(2.0))),))))
+  assert len(prog.kernels) == 2
+
+
+def test_markers_are_identities():
+  x, out = param(0, "x", (2, 3)), param(1, "out", (2, 3))
+  v = UOp(Ops.DETACH, f32, (UOp(Ops.CONTIGUOUSBACKWARD, f32, (x.alu(Ops.MUL, x),)),))
+  assert len(check(sink(store(out, v))).kernels) == 1
