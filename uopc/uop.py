@@ -12,7 +12,7 @@ import weakref
 from functools import cached_property
 from typing import Any, Iterator, Union
 
-from uopc.dtype import AddrSpace, DType, PtrDType, dtype_range, dtypes
+from uopc.dtype import AddrSpace, DType, PtrDType, dtype_range, dtypes, truncate
 from uopc.ops import GroupOp, Ops
 
 sint = Union[int, "UOp"]  # a shape entry: a known size or a symbolic index-valued UOp
@@ -177,6 +177,8 @@ def _device(u: UOp) -> Any:
   if op in (Ops.CONST, Ops.RANGE, Ops.DEFINE_VAR, Ops.SPECIAL): return None
   if op is Ops.LOAD and isinstance(u.arg, tuple) and u.arg and u.arg[0] is not None: return u.arg[0]
   if op in (Ops.FUNCTION, Ops.CALL): return src[1].device if len(src) > 1 else None
+  # the buffer acted on decides, not an index, a stored value or a dependency
+  if op in (Ops.INDEX, Ops.STORE, Ops.AFTER): return src[0].device if src else None
   # src[0].device per the table; a CONST has none, so a broadcast constant takes its partner's device
   return next((s.device for s in src if s.device is not None), None)
 
@@ -197,24 +199,25 @@ def _axis(u: UOp) -> int | None:
   if op is Ops.MULTI: return u.arg if isinstance(u.arg, int) else None
   if not src or op is Ops.LOAD: return None  # a copy (LOAD to another device) is replicated
   a = src[0].axis
-  if op is Ops.PERMUTE: return None if a is None else u.arg.index(a)
+  if op is Ops.PERMUTE: return u.arg.index(a) if isinstance(u.arg, tuple) and a in u.arg else None
   if op is Ops.RESHAPE: return _reshape_axis(src[0].shape, u.shape, a)
   if op is Ops.REDUCE:
     axes = u.arg[1] if isinstance(u.arg, tuple) and len(u.arg) > 1 else ()
-    return None if a in axes else a
+    return None if not isinstance(axes, tuple) or a in axes else a
   if op in GroupOp.ALU or op in (Ops.CAST, Ops.BITCAST): return next((s.axis for s in src if s.axis is not None), None)
   return a
 
 
 def _reshape_axis(old: tuple | None, new: tuple | None, axis: int | None) -> int | None:
-  """The axis of `new` whose leading-elements product equals that of `old` before `axis`: the shard boundary."""
+  """The last axis of `new` with as many elements before it as `old` has before `axis`, so the shard boundary
+  stays put (as tinygrad does); None when no axis starts there or a shard's elements would straddle axes."""
   if axis is None or old is None or new is None or not all(isinstance(d, int) for d in old + new): return None
+  if not 0 <= axis < len(old): return None
   before = math.prod(old[:axis])
-  acc = 1
-  for i, d in enumerate(new):
-    if acc == before and d != 1 and d % old[axis] == 0: return i
-    acc *= d
-  return None
+  starts = [i for i in range(len(new)) if math.prod(new[:i]) == before]
+  if not starts: return None
+  inner = math.prod(new[starts[-1] + 1:])
+  return starts[-1] if inner and math.prod(old[axis:]) % inner == 0 else None
 
 
 # ---- min_max -------------------------------------------------------------------------------------------
@@ -224,6 +227,14 @@ def _clamp(lo, hi, dt: DType) -> tuple:
   if dt.scalar.is_float(): return (lo, hi)
   if lo < dlo or hi > dhi: return (dlo, dhi)  # wrapped: nothing better is known
   return (bool(lo), bool(hi)) if dt.scalar.is_bool() else (lo, hi)
+
+
+def _round_to(lo, hi, dt: DType) -> tuple:
+  """[lo, hi] as values of the float dtype `dt`: rounding is monotonic, so the bounds stay bounds."""
+  try:
+    return (truncate(lo, dt), truncate(hi, dt))
+  except (OverflowError, TypeError):
+    return dtype_range(dt)
 
 
 def _min_max(u: UOp) -> tuple:
@@ -238,9 +249,13 @@ def _min_max(u: UOp) -> tuple:
   if op is Ops.DEFINE_VAR: return (u.arg[1], u.arg[2]) if isinstance(u.arg, tuple) and len(u.arg) == 3 else rng
   if op is Ops.BIND: return src[1].min_max if len(src) > 1 else rng
   if op in GroupOp.Movement or op in (Ops.INDEX, Ops.AFTER) or op in GroupOp.Markers: return src[0].min_max if src else rng
+  # a copy (LOAD of a tensor) keeps its source's values; a load through a pointer can read anything
+  if op is Ops.LOAD: return src[0].min_max if src and not src[0].dtype.is_ptr() and src[0].dtype == dt else rng
   if op is Ops.CAST:
     lo, hi = src[0].min_max
-    if lo is None or dt.scalar.is_float() or isinstance(lo, float) and not (math.isfinite(lo) and math.isfinite(hi)): return rng
+    if lo is None: return rng
+    if dt.scalar.is_float(): return _round_to(lo, hi, dt)
+    if isinstance(lo, float) and not (math.isfinite(lo) and math.isfinite(hi)): return rng
     if dt.scalar.is_bool(): return (bool(lo) and bool(hi) and not (lo <= 0 <= hi), bool(lo) or bool(hi))
     return _clamp(math.trunc(lo), math.trunc(hi), dt)
   if op in (Ops.ADD, Ops.MUL, Ops.MAX, Ops.CMPLT, Ops.CMPNE, Ops.IDIV, Ops.MOD) and len(src) == 2:
