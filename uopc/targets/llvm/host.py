@@ -32,7 +32,7 @@ def c_declaration(kernel) -> str:
 
 def launcher_entries(entries: Sequence[EntryKernels]) -> list[EntryKernels]:
   """The entries with each kernel's source replaced by its C declaration, for the C launcher."""
-  return [EntryKernels(e.name, tuple(replace(k, source=c_declaration(k)) for k in e.kernels)) for e in entries]
+  return [replace(e, kernels=tuple(replace(k, source=c_declaration(k)) for k in e.kernels)) for e in entries]
 
 
 def artifact_paths(out_dir: Path, name: str) -> dict[str, Path]:
