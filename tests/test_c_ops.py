@@ -141,8 +141,9 @@ def _float_cases():
     cond = RNG.integers(0, 2, size=N).astype(np.bool_)
     exact = {Ops.ADD: A + B, Ops.SUB: A - B, Ops.MUL: A * B, Ops.DIV: A / B, Ops.MAX: np.maximum(A, B)}
     for op, ref in exact.items(): add_case(op.name, dt.name, alu(op), [dt, dt], dt, [a, b], ref.astype(NP[dt]))
-    for op, fn in {Ops.CMPLT: np.less, Ops.CMPNE: np.not_equal, Ops.CMPGT: np.greater, Ops.CMPGE: np.greater_equal,
-                   Ops.CMPLE: np.less_equal, Ops.CMPEQ: np.equal}.items():
+    # CMPGE/CMPLE by their seed 000 definitions (NOT CMPLT): true when an operand is NaN
+    for op, fn in {Ops.CMPLT: np.less, Ops.CMPNE: np.not_equal, Ops.CMPGT: np.greater, Ops.CMPGE: lambda x, y: ~np.less(x, y),
+                   Ops.CMPLE: lambda x, y: ~np.less(y, x), Ops.CMPEQ: np.equal}.items():
       add_case(op.name, dt.name, alu(op), [dt, dt], dtypes.bool, [a, a[::-1].copy()], fn(A, A[::-1]))
     add_case("NEG", dt.name, alu(Ops.NEG), [dt], dt, [a], (-A).astype(NP[dt]))
     add_case("RECIP", dt.name, alu(Ops.RECIP), [dt], dt, [a], (ct(1) / A).astype(NP[dt]))
@@ -164,13 +165,16 @@ def _float_cases():
 
 
 def _float_edge_cases():
-  """CMPNE is true for NaN, MAX is NaN if either side is; -0.0 survives NEG; f16/bf16 ADD rounds to even."""
+  """CMPNE is true for NaN and so are CMPGE/CMPLE (NOT CMPLT), MAX is NaN if either side is; -0.0 survives NEG; f16/bf16 ADD rounds to even."""
   f32, nan, inf = np.float32, math.nan, math.inf
   x = np.array([nan, 1.0, nan, 2.0, -inf], f32)
   y = np.array([1.0, nan, nan, 2.0, inf], f32)
   add_case("CMPNE", "hand_f32", alu(Ops.CMPNE), [dtypes.float32] * 2, dtypes.bool, [x, y], [True, True, True, False, True])
   add_case("CMPEQ", "hand_f32", alu(Ops.CMPEQ), [dtypes.float32] * 2, dtypes.bool, [x, y], [False, False, False, True, False])
   add_case("CMPLT", "hand_f32", alu(Ops.CMPLT), [dtypes.float32] * 2, dtypes.bool, [x, y], [False, False, False, False, True])
+  add_case("CMPGT", "hand_f32", alu(Ops.CMPGT), [dtypes.float32] * 2, dtypes.bool, [x, y], [False, False, False, False, False])
+  add_case("CMPGE", "hand_f32", alu(Ops.CMPGE), [dtypes.float32] * 2, dtypes.bool, [x, y], [True, True, True, True, False])
+  add_case("CMPLE", "hand_f32", alu(Ops.CMPLE), [dtypes.float32] * 2, dtypes.bool, [x, y], [True, True, True, True, True])
   add_case("MAX", "hand_f32", alu(Ops.MAX), [dtypes.float32] * 2, dtypes.float32, [x, y], [nan, nan, nan, 2.0, inf])
   add_case("NEG", "hand_f32", alu(Ops.NEG), [dtypes.float32], dtypes.float32, [np.array([0.0, -0.0], f32)], [-0.0, 0.0])
   # 1 + 2^-11 is halfway between float16 1.0 and 1 + 2^-10: ties go to the even 1.0; 1 + 3*2^-11 goes up to 1 + 2^-9

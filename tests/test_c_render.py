@@ -319,3 +319,18 @@ def test_seed001_loop_and_store_samples_compile():
   for name in ("seed001_loop", "seed001_store"):
     k, entry = sample_kernel(name)
     for compiler, _ in CONFIGS: compile_c(C_PRELUDE + render_kernel(linearize(k), entry).source, compiler, shared=False)
+
+
+def test_barrier_orders_only_and_is_refused_inside_a_thread_loop():
+  d0, d1 = param(0), param(1)
+  tmp = UOp(Ops.BUFFER, i32.ptr(AddrSpace.LOCAL, 2), (), (0, "tmp"))
+  fill = store(tmp, c(0), load(d1, c(0)))
+  bar = UOp(Ops.BARRIER, dtypes.void, (fill,))
+  ok = sink(store(d0, c(0), load(UOp(Ops.AFTER, tmp.dtype, (tmp, bar)), c(0))))
+  out, _ = run(ok, np.zeros(1, np.int32), np.array([42], np.int32))
+  assert out.tolist() == [42]
+  lidx0 = UOp(Ops.SPECIAL, idx, (c(2),), "lidx0")
+  per_thread = UOp(Ops.BARRIER, dtypes.void, (store(tmp, lidx0, load(d1, lidx0)),))
+  bad = sink(store(d0, lidx0, load(UOp(Ops.AFTER, tmp.dtype, (tmp, per_thread)), c(1).alu(Ops.SUB, lidx0))))
+  with pytest.raises(CompileError, match="BARRIER inside the loop over thread index lidx0"):
+    render_kernel(linearize(bad), "bad")

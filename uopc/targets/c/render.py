@@ -140,8 +140,10 @@ _FLOAT_OPS = {
   Ops.TRUNC: "trunc{f}({0})", Ops.SQRT: "sqrt{f}({0})", Ops.EXP2: "exp2{f}({0})", Ops.LOG2: "log2{f}({0})",
   Ops.SIN: "sin{f}({0})", Ops.POW: "pow{f}({0}, {1})",
 }
-_COMPARE_OPS = {Ops.CMPLT: "({0}<{1})", Ops.CMPNE: "({0}!={1})", Ops.CMPGT: "({0}>{1})", Ops.CMPGE: "({0}>={1})",
-                Ops.CMPLE: "({0}<={1})", Ops.CMPEQ: "({0}=={1})"}
+# the decomposed comparisons by their seed 000 definitions: CMPGE is NOT CMPLT(a, b), CMPLE is NOT CMPLT(b, a),
+# so both are true when an operand is NaN (C's >= and <= would be false)
+_COMPARE_OPS = {Ops.CMPLT: "({0}<{1})", Ops.CMPNE: "({0}!={1})", Ops.CMPGT: "({1}<{0})", Ops.CMPGE: "(!({0}<{1}))",
+                Ops.CMPLE: "(!({1}<{0}))", Ops.CMPEQ: "({0}=={1})"}
 # {T}: the C type, {W}: the unsigned type wide enough to do the arithmetic without UB
 _INT_OPS = {
   Ops.ADD: "({T})(({W}){0}+({W}){1})", Ops.SUB: "({T})(({W}){0}-({W}){1})", Ops.MUL: "({T})(({W}){0}*({W}){1})",
@@ -181,9 +183,9 @@ def cast_expr(x: str, src: DType, dst: DType) -> str:
 
 
 # ---- the renderer --------------------------------------------------------------------------------------
-_EFFECTS = frozenset({Ops.STORE, Ops.RANGE, Ops.SPECIAL, Ops.END, Ops.IF, Ops.ENDIF})
-_NO_CODE = frozenset({Ops.GROUP, Ops.BARRIER, Ops.NOOP, Ops.SINK})  # ordering only: nothing to do on a CPU
-_PREFIX = {Ops.LOAD: "val", Ops.CAST: "cast", Ops.BITCAST: "cast", Ops.STACK: "vec", Ops.GEP: "gep", Ops.RANGE: "ridx"}
+_EFFECTS = frozenset({Ops.STORE, Ops.RANGE, Ops.SPECIAL, Ops.END, Ops.IF, Ops.ENDIF, Ops.BARRIER})
+_NO_CODE = frozenset({Ops.GROUP, Ops.NOOP, Ops.SINK})  # ordering only: nothing to do on a CPU
+_PREFIX = {Ops.CAST: "cast", Ops.STACK: "vec", Ops.GEP: "gep"}  # of _vector's values; the rest are alu
 
 
 def _root_buffer(u: UOp) -> UOp:
@@ -199,7 +201,7 @@ class _Renderer:
     self.taken: set[str] = set()
     self.counters: dict[str, int] = {}
     self.lines: list[str] = []
-    self.depth = 1
+    self.open_blocks: list[UOp] = []
     self.params = self._params()
 
   # ---- analysis ----
@@ -246,7 +248,7 @@ class _Renderer:
         self.taken.add(name)
         return name
 
-  def _line(self, text: str) -> None: self.lines.append("  " * self.depth + text)
+  def _line(self, text: str) -> None: self.lines.append("  " * (len(self.open_blocks) + 1) + text)
 
   def _define(self, u: UOp, expr: str, prefix: str) -> None:
     name = self._fresh(prefix)
@@ -255,8 +257,8 @@ class _Renderer:
 
   def render(self) -> RenderedKernel:
     for u in self.uops:
-      if u in self.live or u.op in (Ops.PARAM, Ops.DEFINE_VAR): self._render(u)
-    if self.depth != 1: raise _fail("unbalanced blocks: a RANGE, SPECIAL or IF is not closed")
+      if u in self.live: self._render(u)
+    if self.open_blocks: raise _fail(f"{self.open_blocks[-1].op.name} is never closed")
     unused = [f"  (void){p.name};" for p, u in zip(self.params, self._param_uops()) if u not in self.live]
     args = ", ".join(self._param_decl(p) for p in self.params) or "void"
     source = "\n".join([f"void {self.name}({args}) {{", *unused, *self.lines, "}", ""])
@@ -283,10 +285,12 @@ class _Renderer:
     elif op in (Ops.RANGE, Ops.SPECIAL): self._loop(u)
     elif op is Ops.IF:
       self._line(f"if ({self.names[u.src[0]]}) {{")
-      self.depth += 1
+      self.open_blocks.append(u)
     elif op in (Ops.END, Ops.ENDIF):
-      self.depth -= 1
+      if not self.open_blocks: raise _fail(f"{op.name} closes no open block")
+      self.open_blocks.pop()
       self._line("}")
+    elif op is Ops.BARRIER: self._barrier()
     elif op is Ops.LOAD: self._load(u)
     elif op is Ops.STORE: self._store(u)
     elif op is Ops.STACK: self._stack(u)
@@ -322,7 +326,13 @@ class _Renderer:
       name = self._fresh("ridx")
       self.names[u] = name
     self._line(f"for ({ctype(u.dtype)} {name} = 0; {name} < {self.names[u.src[0]]}; {name}++) {{")
-    self.depth += 1
+    self.open_blocks.append(u)
+
+  def _barrier(self) -> None:
+    """Ordering only on a CPU, except inside a loop over the threads of a workgroup: those run one after the
+    other, so no thread could wait for the others there."""
+    if threads := [b.arg for b in self.open_blocks if b.op is Ops.SPECIAL and str(b.arg).startswith("lidx")]:
+      raise _fail(f"BARRIER inside the loop over thread index {threads[0]} cannot synchronize threads on a CPU")
 
   def _memory_access(self, u: UOp, value_dt: DType) -> tuple[str, str | None]:
     """(pointer expression, gate or None) of a LOAD/STORE, after checking the value fits the pointer."""
