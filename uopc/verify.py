@@ -539,16 +539,15 @@ def _check_contract_unroll(u: UOp) -> Iterator[str]:
 
 # ---- the table: op -> (sources (min, max), rules) -------------------------------------------------------
 ELEMENTWISE: tuple[Check, ...] = (_check_alu, _elementwise_shapes)
-MARKER: tuple[Check, ...] = (_has_value, _same_dtype_as_src)
-MOVEMENT: tuple[Check, ...] = (_has_value, _same_dtype_as_src)
+PASSTHROUGH: tuple[Check, ...] = (_has_value, _same_dtype_as_src)  # movement ops, markers, AFTER
 
 RULES: dict[Ops, tuple[tuple[int, int | None], tuple[Check, ...]]] = {
   Ops.PARAM: ((0, 1), (_check_param,)), Ops.BUFFER: ((0, 1), (_check_buffer,)), Ops.CONST: ((0, 0), (_check_const,)),
   Ops.BINARY: ((0, 0), (_check_binary_data,)), Ops.DEFINE_VAR: ((0, 0), (_check_define_var,)),
   Ops.BIND: ((2, 2), (_check_bind,)),
-  Ops.PERMUTE: ((1, 1), MOVEMENT + (_check_permute,)), Ops.FLIP: ((1, 1), MOVEMENT + (_check_flip,)),
-  Ops.RESHAPE: ((2, 2), MOVEMENT + (_check_reshape,)), Ops.EXPAND: ((2, 2), MOVEMENT + (_check_expand,)),
-  Ops.PAD: ((3, 3), MOVEMENT + (_check_pad,)), Ops.SHRINK: ((3, 3), MOVEMENT + (_check_shrink,)),
+  Ops.PERMUTE: ((1, 1), PASSTHROUGH + (_check_permute,)), Ops.FLIP: ((1, 1), PASSTHROUGH + (_check_flip,)),
+  Ops.RESHAPE: ((2, 2), PASSTHROUGH + (_check_reshape,)), Ops.EXPAND: ((2, 2), PASSTHROUGH + (_check_expand,)),
+  Ops.PAD: ((3, 3), PASSTHROUGH + (_check_pad,)), Ops.SHRINK: ((3, 3), PASSTHROUGH + (_check_shrink,)),
   Ops.INDEX: ((2, None), (_check_index,)), Ops.STACK: ((0, None), (_check_stack,)),
   Ops.BITCAST: ((1, 1), (_check_bitcast, _dtype_arg)), Ops.CAST: ((1, 1), (_check_cast, _dtype_arg)),
   Ops.REDUCE: ((1, None), (_has_value, _check_reduce)),
@@ -556,7 +555,7 @@ RULES: dict[Ops, tuple[tuple[int, int | None], tuple[Check, ...]]] = {
   Ops.TUPLE: ((0, None), (_elements_have_values,)), Ops.GETTUPLE: ((1, 1), (_check_gettuple,)),
   Ops.LOAD: ((1, 3), (_check_load,)), Ops.STORE: ((2, 3), (_is_void, _check_store)),
   Ops.RANGE: ((1, 1), (_check_range,)), Ops.END: ((2, 2), (_is_void, _check_end)),
-  Ops.AFTER: ((2, None), (_has_value, _same_dtype_as_src)), Ops.GROUP: ((0, None), (_is_void, _sources_are_effects)),
+  Ops.AFTER: ((2, None), PASSTHROUGH), Ops.GROUP: ((0, None), (_is_void, _sources_are_effects)),
   Ops.SINK: ((0, None), (_is_void,)), Ops.LINEAR: ((0, None), (_is_void,)),
   Ops.MULTI: ((1, None), (_check_multi,)),
   Ops.BARRIER: ((0, None), (_is_void,)), Ops.INS: ((0, None), (_check_ins,)), Ops.SPECIAL: ((1, 1), (_check_special,)),
@@ -567,7 +566,7 @@ RULES: dict[Ops, tuple[tuple[int, int | None], tuple[Check, ...]]] = {
   Ops.SOURCE: ((0, 0), (_check_named,)),
   Ops.GEP: ((1, 1), (_check_gep,)), Ops.CONTRACT: ((1, 1), (_check_contract_unroll,)),
   Ops.UNROLL: ((1, 1), (_check_contract_unroll,)), Ops.NOOP: ((0, None), (_is_void,)),
-  **{op: ((1, 1), MARKER) for op in GroupOp.Markers},
+  **{op: ((1, 1), PASSTHROUGH) for op in GroupOp.Markers},
   **{op: ((1, 1), ELEMENTWISE) for op in GroupOp.Unary},
   **{op: ((2, 2), ELEMENTWISE) for op in GroupOp.Binary},
   **{op: ((3, 3), ELEMENTWISE) for op in GroupOp.Ternary},
