@@ -193,6 +193,7 @@ def test_range():  # index, (), no device, [0, n-1]
 def test_store():  # void, (), src[0].device, no min_max
   t = buffer(4, device="GPU")
   assert props(u(Ops.STORE, void, t, t)) == (void, (), "GPU", (None, None))
+  assert u(Ops.STORE, void, buffer(4, device=None), t).device is None  # the buffer's, not the value's
 
 
 def test_after():  # everything from src[0]
