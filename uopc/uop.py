@@ -261,6 +261,8 @@ def _min_max(u: UOp) -> tuple:
   if op in (Ops.ADD, Ops.MUL, Ops.MAX, Ops.CMPLT, Ops.CMPNE, Ops.IDIV, Ops.MOD) and len(src) == 2:
     (a, A), (b, B) = src[0].min_max, src[1].min_max
     if None in (a, A, b, B): return rng
+    if op in (Ops.CMPLT, Ops.CMPNE) and src[0].dtype.scalar.is_float() and not (src[0].op is Ops.CONST and src[1].op is Ops.CONST):
+      return (False, True)  # a float range cannot say "never NaN", and NaN makes every comparison go the other way
     if op is Ops.CMPLT: return (True, True) if A < b else (False, False) if a >= B else (False, True)
     if op is Ops.CMPNE:
       if a == A == b == B: return (False, False)
