@@ -262,3 +262,21 @@ def test_emit_names_an_artifact_of_the_target(tmp_path):
 def test_bad_name_is_a_usage_error(tmp_path):
   r = uopc(SAXPY, "-o", tmp_path, "--name", "../escape")
   assert r.exit_code == 1 and "cannot name the outputs" in r.stderr
+
+
+CUSTOM_KERNEL = """kernel k {
+  %out = PARAM {(0, "out")} : ptr<i32>
+  %i = INDEX(%out, 0)
+  %v = CUSTOM {"42"} : i32
+  STORE(%i, %v)
+}
+"""
+
+
+def test_custom_code_needs_allow_custom(tmp_path):
+  src = tmp_path / "custom.uop"
+  src.write_text(CUSTOM_KERNEL)
+  r = uopc(src, "-o", tmp_path / "out")
+  assert r.exit_code == 1
+  assert r.stderr.startswith(f"{src}:4:3: error: CUSTOM injects target source text that uopc cannot check\n")
+  assert "--allow-custom" in r.stderr and not (tmp_path / "out").exists()

@@ -161,9 +161,10 @@ def _comma_list(ctx, param, value: str | None) -> tuple[str, ...] | None:
 @click.option("--print-after", multiple=True, metavar="STAGE", help="Print each kernel's IR after STAGE (repeatable).")
 @click.option("-MD", "make_deps", is_flag=True, help="Write a Make dependency file (DIR/NAME.d unless -MF).")
 @click.option("-MF", "dep_file", type=click.Path(dir_okay=False), help="Write the dependency file here (implies -MD).")
+@click.option("--allow-custom", is_flag=True, help="Compile CUSTOM/CUSTOMI ops (target source text uopc cannot check).")
 @click.option("--name", default=None, help="NAME of the outputs and prefix of the C symbols (default: FILE's stem).")
 @compiler_command
-def build(file, target, out_dir, emit, archs, opt_level, print_before, print_after, make_deps, dep_file, name):
+def build(file, target, out_dir, emit, archs, opt_level, print_before, print_after, make_deps, dep_file, allow_custom, name):
   from uopc.driver import BuildOptions, build as run_build, check_target, lib_name
   from uopc.pipeline import UnknownStageError, check_stage_name
   check_target(target)
@@ -174,7 +175,7 @@ def build(file, target, out_dir, emit, archs, opt_level, print_before, print_aft
     raise click.UsageError(str(e)) from e
   out = Path(out_dir)
   depfile = Path(dep_file) if dep_file else (out / f"{name}.d" if make_deps else None)
-  run_build(file, BuildOptions(target, out, emit, int(opt_level), print_before, print_after, None, depfile, name, archs or ()))
+  run_build(file, BuildOptions(target, out, emit, int(opt_level), print_before, print_after, None, depfile, name, archs or (), allow_custom=allow_custom))
 
 
 _RUN_HELP = """Run entry NAME of FILE on numpy arrays and print every buffer it writes (numpy style).

@@ -47,6 +47,7 @@ class BuildOptions:
   depfile: Path | None = None      # where to write Make dependencies; None: none
   name: str | None = None          # NAME; defaults to the input's file stem
   archs: tuple[str, ...] = ()      # GPU architectures; () means the target's defaults
+  allow_custom: bool = False       # compile CUSTOM/CUSTOMI (unchecked target source text)
   env: Mapping[str, str] = field(default_factory=lambda: os.environ)
 
 
@@ -101,11 +102,22 @@ def _lower(path: str, opts: BuildOptions, name: str):
   from uopc.verify import verify_module
   module = load_module(path)
   diags = verify_module(module)
-  errors = [d for d in diags if d.severity == "error"]
+  errors = [d for d in diags if d.severity == "error"] + ([] if opts.allow_custom else _custom_code(module))
   if errors: raise CompileError(errors, {module.path: module.text})
   for d in diags: print(d.format(module.text), file=sys.stderr)
   printing = PrintOptions(frozenset(opts.print_before), frozenset(opts.print_after), opts.print_out or sys.stdout)
   return compile_module(module, opts.target, name, printing)
+
+
+def _custom_code(module) -> list:
+  """CUSTOM/CUSTOMI inject target source text that no check sees, so they need the user's explicit consent."""
+  from uopc.ops import Ops
+  found = {u for e in module.entries for u in e.sink.toposort() if u.op in (Ops.CUSTOM, Ops.CUSTOMI)}
+  return [error(module.loc_of(u), f"{u.op.name} injects target source text that uopc cannot check",
+                "pass --allow-custom to compile it anyway") for u in sorted(found, key=lambda u: _loc_key(module.loc_of(u)))]
+
+
+def _loc_key(loc) -> tuple: return (loc.line, loc.col) if loc else (0, 0)
 
 
 def compiler_command(source: Path, output: Path, opt_level: int, env: Mapping[str, str]) -> list[str]:
