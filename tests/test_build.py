@@ -3,6 +3,7 @@ rebuilds; atomic outputs on failure; -MD/-MF; --emit; --print-after; target and 
 from __future__ import annotations
 
 import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -280,3 +281,15 @@ def test_custom_code_needs_allow_custom(tmp_path):
   assert r.exit_code == 1
   assert r.stderr.startswith(f"{src}:4:3: error: CUSTOM injects target source text that uopc cannot check\n")
   assert "--allow-custom" in r.stderr and not (tmp_path / "out").exists()
+
+
+def test_a_deep_chain_of_ops_compiles(tmp_path):
+  """Passes recurse over the graph: a 5000-op chain must not hit Python's recursion limit."""
+  lines = ["func chain {", '  %x = PARAM([16]) {(0, "x")} : f32', "  %c = CONST {1.0} : f32"]
+  lines += [f"  %v{i} = ADD({'%x' if i == 0 else f'%v{i - 1}'}, %c)" for i in range(5000)]
+  lines += ['  %out = PARAM([16]) {(1, "out")} : f32', "  STORE(%out, %v4999)", "}"]
+  src = tmp_path / "chain.uop"
+  src.write_text("\n".join(lines) + "\n")
+  r = subprocess.run([sys.executable, "-m", "uopc", "build", str(src), "-o", str(tmp_path / "out")], capture_output=True, text=True)
+  assert r.returncode == 0, r.stderr
+  assert (tmp_path / "out" / "libchain.so").is_file()

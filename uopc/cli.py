@@ -240,4 +240,24 @@ def _write_atomic(path: Path, text: str) -> None:
 
 
 def main():
-  cli(prog_name="uopc")
+  run_with_deep_stack(lambda: cli(prog_name="uopc"))
+
+
+def run_with_deep_stack(fn) -> None:
+  """Passes recurse over the program graph, whose depth is the user's longest chain of ops; run the
+  compiler on a thread with a large stack so that deep programs compile instead of overflowing."""
+  import threading
+  sys.setrecursionlimit(1_000_000)
+  threading.stack_size(1 << 30)  # 1 GiB of address space; pages are only touched as the recursion goes
+  outcome: list[BaseException] = []
+
+  def target():
+    try:
+      fn()
+    except BaseException as e:  # noqa: BLE001 - handed to the main thread, which re-raises it
+      outcome.append(e)
+
+  worker = threading.Thread(target=target, name="uopc")
+  worker.start()
+  worker.join()
+  if outcome: raise outcome[0]
