@@ -203,6 +203,11 @@ class _Kernel:
 def _arch_number(arch: str) -> int: return int(re.fullmatch(ARCH_PATTERN, arch).group(1))
 
 
+def supported_arch(arch: str) -> bool:
+  """sm_80 or later (sm_XY, or its arch-specific sm_XYa / family sm_XYf form)."""
+  return re.fullmatch(ARCH_PATTERN, arch) is not None and _arch_number(arch) >= 80
+
+
 def _root(u: UOp) -> UOp:
   while u.op in (Ops.INDEX, Ops.AFTER): u = u.src[0]
   return u
@@ -646,7 +651,7 @@ def render_kernel(linear: UOp, name: str, arch: str = RENDER_ARCH, fast_math: bo
   if linear.op is not Ops.LINEAR: raise CompileError([error(None, f"cuda: expected a LINEAR, got {linear.op.name}")])
   if not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", name): raise CompileError([error(None, f"cuda: kernel name {name!r} is not a PTX identifier")])
   loc_of = loc_of or (lambda u: None)
-  if not re.fullmatch(ARCH_PATTERN, arch) or _arch_number(arch) < 80:
+  if not supported_arch(arch):
     raise CompileError([error(None, f"cuda: arch {arch!r} is not sm_80 or later (sm_XY, sm_XYa, sm_XYf)")])
   k = _Kernel(linear, name, arch, fast_math, loc_of)
   source = k.render()
