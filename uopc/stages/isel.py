@@ -1,0 +1,239 @@
+"""Instruction Selection: lower every op a target does not render (accurately) itself into ops it does.
+
+Each target has a `Capabilities` entry: the decomposed ops (seed 000) it renders natively within the
+SPEC-NOTES accuracy bar, per dtype, and those it renders only approximately (used under --fast-math).
+The decompositions are rules on the rewrite engine, each applied only where the target lacks the op:
+
+- NEG, SUB, DIV, CMPGT, CMPGE, CMPLE, CMPEQ, NOT, MULACC: seed 000's definitions;
+- EXP2, LOG2, SIN, SQRT, POW: the accurate polynomial versions of `uopc.stages.transcendental`;
+- THREEFRY: Threefry-2x32 (SPEC-NOTES) on uint32 halves;
+- FLOORDIV/FLOORMOD: truncating IDIV/MOD and a correction where the signs differ;
+- IDIV/MOD by a constant, on targets without a hardware integer divider: multiply-high and shift,
+  exact over the dividend's whole min_max range (64-bit through 32x32->64 partial products).
+
+No current target is 32-bit-only for integers (C, LLVM, PTX, AMDGPU and Metal all have 64-bit
+integer ops), so 64-bit integer ops are not split into 32-bit pairs.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field, replace
+from typing import Mapping
+
+from uopc.dtype import DType, dtypes
+from uopc.ops import Ops
+from uopc.rewrite import Pat, Rules, graph_rewrite
+from uopc.stages import transcendental as tm
+from uopc.stages.transcendental import add, c, cast, lt, mul, ne, shl, shr, sub, where
+from uopc.uop import UOp
+
+ALL = None  # every dtype
+_F16_F32 = frozenset({dtypes.float16, dtypes.bfloat16, dtypes.float32})
+_TRANSCENDENTAL = (Ops.EXP2, Ops.LOG2, Ops.SIN, Ops.SQRT, Ops.POW)
+_SIMPLE = (Ops.NEG, Ops.SUB, Ops.DIV, Ops.CMPGT, Ops.CMPGE, Ops.CMPLE, Ops.CMPEQ, Ops.NOT, Ops.MULACC)
+
+
+@dataclass(frozen=True)
+class Capabilities:
+  """What a target renders itself. `native`/`approximate` map a decomposed op to the scalar dtypes it is
+  rendered for (ALL: every dtype); an op absent from both is always decomposed."""
+  native: Mapping[Ops, frozenset[DType] | None] = field(default_factory=dict)
+  approximate: Mapping[Ops, frozenset[DType] | None] = field(default_factory=dict)
+  float64: bool = True         # has float64 arithmetic (POW of float32 computes in it)
+  int_division: bool = True    # has a hardware integer divider; without one IDIV/MOD by constants are lowered
+  fused_mulacc: bool = False   # renders MULACC as one fused multiply-add: formed for ints, for floats under --fast-math
+
+  def renders(self, op: Ops, dt: DType, fast_math: bool) -> bool:
+    tables = (self.native, self.approximate) if fast_math else (self.native,)
+    return any(op in t and (t[op] is ALL or dt.scalar in t[op]) for t in tables)
+
+  def without(self, *ops: Ops) -> "Capabilities":
+    """These capabilities less `ops` (tests force the decompositions onto the C target with it)."""
+    return replace(self, native={o: d for o, d in self.native.items() if o not in ops},
+                   approximate={o: d for o, d in self.approximate.items() if o not in ops})
+
+
+_EVERYTHING = {op: ALL for op in _SIMPLE + _TRANSCENDENTAL + (Ops.THREEFRY, Ops.FLOORDIV, Ops.FLOORMOD)}
+
+# C: glibc's exp2/log2/sin/sqrt/pow are within 1 ULP; the prelude has THREEFRY and the floor divisions.
+# LLVM on the host: the intrinsics become the same libm calls.
+# AMD (LLVM for AMDGPU): sqrt and fdiv are correctly rounded, exp2/log2 of 16/32-bit floats are v_exp/v_log
+# (1 ULP); sin is v_sin_f32 (far off at large |x|) and pow has no lowering: decomposed.
+# CUDA (PTX): sqrt.rn, div.rn and fma.rn are exact; ex2/lg2/sin.approx only under --fast-math.
+# Metal: the precise:: functions are not verified here, so transcendentals are decomposed; the fast
+# versions are used under --fast-math; no float64.
+CAPABILITIES: dict[str, Capabilities] = {
+  "c": Capabilities(_EVERYTHING),
+  "llvm": Capabilities(_EVERYTHING),
+  "amd": Capabilities({**{op: ALL for op in _SIMPLE + (Ops.SQRT, Ops.FLOORDIV, Ops.FLOORMOD, Ops.THREEFRY)},
+                       Ops.EXP2: frozenset({dtypes.float16, dtypes.float32}), Ops.LOG2: frozenset({dtypes.float16, dtypes.float32})},
+                      {Ops.SIN: frozenset({dtypes.float16, dtypes.float32})}, int_division=False, fused_mulacc=True),
+  "cuda": Capabilities({op: ALL for op in _SIMPLE + (Ops.SQRT,)}, {op: _F16_F32 for op in (Ops.EXP2, Ops.LOG2, Ops.SIN)},
+                       int_division=False, fused_mulacc=True),
+  "metal": Capabilities({op: ALL for op in _SIMPLE}, {op: _F16_F32 for op in _TRANSCENDENTAL}, float64=False,
+                        int_division=False),
+}
+
+
+def capabilities(target: str) -> Capabilities:
+  """The target's table; a target without one is assumed to render every op (its renderer refuses what it lacks)."""
+  return CAPABILITIES.get(target, Capabilities(_EVERYTHING))
+
+
+# ---- seed 000 decompositions --------------------------------------------------------------------------
+def _true(u: UOp) -> UOp: return UOp.const(dtypes.bool.vec(u.dtype.count) if u.dtype.count > 1 else dtypes.bool, True)
+def _negate(x: UOp) -> UOp: return mul(x, c(x, -1))
+def _not(x: UOp) -> UOp: return ne(x, _true(x)) if x.dtype.scalar is dtypes.bool else x.alu(Ops.XOR, c(x, -1))
+
+
+def _simple(u: UOp, a: UOp, b: UOp | None = None, d: UOp | None = None) -> UOp:
+  op = u.op
+  if op is Ops.NEG: return _negate(a)
+  if op is Ops.SUB: return add(a, _negate(b))
+  if op is Ops.DIV: return mul(a, b.alu(Ops.RECIP))
+  if op is Ops.CMPGT: return lt(b, a)
+  if op is Ops.CMPGE: return ne(lt(a, b), _true(u))
+  if op is Ops.CMPLE: return ne(lt(b, a), _true(u))
+  if op is Ops.CMPEQ: return ne(ne(a, b), _true(u))
+  if op is Ops.NOT: return _not(a)
+  return add(mul(a, b), d)  # MULACC
+
+
+# ---- THREEFRY ------------------------------------------------------------------------------------------
+_ROTATIONS = ((13, 15, 26, 6), (17, 29, 16, 24))
+
+
+def threefry2x32(x: UOp, key: UOp) -> UOp:
+  """Threefry-2x32, 20 rounds, as SPEC-NOTES defines it, on the 32-bit halves of x and key."""
+  lo, hi = (lambda v: cast(v, dtypes.uint32)), (lambda v: cast(shr(v, 32), dtypes.uint32))
+  k0, k1 = lo(key), hi(key)
+  ks = (k1, k0.alu(Ops.XOR, k1).alu(Ops.XOR, c(k0, 0x1BD11BDA)), k0)
+  x0, x1 = add(lo(x), ks[2]), add(hi(x), ks[0])
+  for i in range(5):
+    for r in _ROTATIONS[i % 2]:
+      x0 = add(x0, x1)
+      x1 = shl(x1, r).alu(Ops.OR, shr(x1, 32 - r)).alu(Ops.XOR, x0)
+    x0, x1 = add(x0, ks[i % 3]), add(add(x1, ks[(i + 1) % 3]), c(x1, i + 1))
+  return shl(cast(x1, dtypes.uint64), 32).alu(Ops.OR, cast(x0, dtypes.uint64))
+
+
+# ---- floor division ------------------------------------------------------------------------------------
+def _signs_differ(a: UOp, b: UOp) -> UOp: return ne(lt(a, c(a, 0)), lt(b, c(b, 0)))
+def _same_sign(a: UOp, b: UOp) -> bool: return (a.vmin >= 0 and b.vmin > 0) or (a.vmax <= 0 and b.vmax < 0)
+
+
+def floordiv(a: UOp, b: UOp) -> UOp:
+  q = a.alu(Ops.IDIV, b)
+  if a.dtype.scalar.is_unsigned() or _same_sign(a, b): return q
+  adjust = ne(a.alu(Ops.MOD, b), c(a, 0)).alu(Ops.AND, _signs_differ(a, b))
+  return where(adjust, sub(q, c(q, 1)), q)
+
+
+def floormod(a: UOp, b: UOp) -> UOp:
+  r = a.alu(Ops.MOD, b)
+  if a.dtype.scalar.is_unsigned() or _same_sign(a, b): return r
+  return where(ne(r, c(r, 0)).alu(Ops.AND, _signs_differ(r, b)), add(r, b), r)
+
+
+# ---- integer division by a constant --------------------------------------------------------------------
+_UNSIGNED = {8: dtypes.uint8, 16: dtypes.uint16, 32: dtypes.uint32, 64: dtypes.uint64}
+
+
+def _magic(d: int, xmax: int, bits: int) -> tuple[int, int]:
+  """(m, s) with floor(x * m / 2^s) == x // d for every 0 <= x <= xmax, s >= bits and m < 2^(bits+1):
+  m = ceil(2^s / d) is exact when xmax * (m*d - 2^s) < 2^s (the error stays below 1/d)."""
+  s = bits
+  while True:
+    m = -(-(1 << s) // d)
+    if xmax * (m * d - (1 << s)) < (1 << s) and m < 1 << (bits + 1): return m, s
+    s += 1
+
+
+def _mulhi(x: UOp, m: int, bits: int) -> UOp:
+  """floor(x * m / 2^bits) for unsigned `bits`-wide x and m < 2^bits: in the double-width type up to 32
+  bits, from 32-bit partial products for 64 bits."""
+  if bits < 64:
+    wide = _UNSIGNED[2 * bits if bits >= 16 else 32]
+    xw = cast(x, wide)
+    return cast(shr(mul(xw, c(xw, m)), bits), x.dtype.scalar)
+  mask = 0xFFFFFFFF
+  x_lo, x_hi = x.alu(Ops.AND, c(x, mask)), shr(x, 32)
+  m_lo, m_hi = c(x, m & mask), c(x, m >> 32)
+  lo_lo = mul(x_lo, m_lo)
+  mid = add(mul(x_hi, m_lo), shr(lo_lo, 32))
+  mid2 = add(mul(x_lo, m_hi), mid.alu(Ops.AND, c(x, mask)))
+  return add(add(mul(x_hi, m_hi), shr(mid, 32)), shr(mid2, 32))
+
+
+def udiv_const(x: UOp, d: int, xmax: int) -> UOp:
+  """x // d for unsigned x in [0, xmax] and a constant d > 0, without a divide."""
+  if d & (d - 1) == 0: return shr(x, d.bit_length() - 1)
+  bits = x.dtype.scalar.bits
+  m, s = _magic(d, xmax, bits)
+  if m < 1 << bits: return shr(_mulhi(x, m, bits), s - bits)
+  t = _mulhi(x, m - (1 << bits), bits)  # x*m = x*2^bits + x*(m - 2^bits): add x back without overflowing
+  return shr(add(shr(sub(x, t), 1), t), s - bits - 1)
+
+
+def idiv_const(x: UOp, d: int) -> UOp:
+  """Truncating x / d (SPEC-NOTES IDIV, wrapping INT_MIN / -1) for a constant d != 0."""
+  dt = x.dtype.scalar
+  if dt.is_unsigned(): return udiv_const(x, d, x.vmax)
+  udt = _UNSIGNED[dt.bits]
+  if x.vmin >= 0 and d > 0: return cast(udiv_const(cast(x, udt), d, x.vmax), dt)
+  negative = lt(x, c(x, 0))
+  magnitude = cast(where(negative, _negate(x), x), udt)  # INT_MIN's magnitude 2^(bits-1) fits the unsigned type
+  q = cast(udiv_const(magnitude, abs(d), max(abs(x.vmin), abs(x.vmax))), dt)
+  return where(negative if d > 0 else ne(negative, _true(negative)), _negate(q), q)
+
+
+def _div_by_const(u: UOp, x: UOp, d: UOp, ctx) -> UOp | None:
+  if ctx.caps.int_division or not isinstance(d.arg, int) or d.arg == 0: return None
+  if not isinstance(x.vmin, int) or not isinstance(x.vmax, int): return None
+  q = idiv_const(x, d.arg)
+  return q if u.op is Ops.IDIV else sub(x, mul(q, c(q, d.arg)))
+
+
+# ---- the stage -----------------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class IselContext:
+  caps: Capabilities
+  fast_math: bool = False
+
+  def lacks(self, u: UOp, dt: DType | None = None) -> bool:
+    return not self.caps.renders(u.op, dt or u.dtype, self.fast_math)
+
+
+def _operand_dtype(u: UOp) -> DType: return u.src[0].dtype if u.src else u.dtype
+
+
+def _decompose(u: UOp, ctx: IselContext) -> UOp | None:
+  op = u.op
+  if not ctx.lacks(u, _operand_dtype(u)): return None
+  if op in _SIMPLE: return _simple(u, *u.src)
+  if op is Ops.EXP2: return tm.exp2(u.src[0])
+  if op is Ops.LOG2: return tm.log2(u.src[0])
+  if op is Ops.SIN: return tm.sin(u.src[0])
+  if op is Ops.SQRT: return tm.sqrt(u.src[0])
+  if op is Ops.POW: return tm.pow_(u.src[0], u.src[1], ctx.caps.float64)
+  if op is Ops.THREEFRY: return threefry2x32(*u.src)
+  if op is Ops.FLOORDIV: return floordiv(*u.src)
+  return floormod(*u.src)  # FLOORMOD
+
+
+def _fuse_mulacc(a: UOp, b: UOp, acc: UOp, ctx: IselContext) -> UOp | None:
+  if not ctx.caps.fused_mulacc or (a.dtype.scalar.is_float() and not ctx.fast_math): return None
+  if ctx.lacks(UOp(Ops.MULACC, a.dtype, (a, b, acc))): return None
+  return UOp(Ops.MULACC, a.dtype, (a, b, acc))
+
+
+ISEL_RULES = Rules([
+  (Pat((Ops.IDIV, Ops.MOD), src=(Pat.var("x"), Pat.cvar("d")), name="u"), _div_by_const),
+  (Pat(Ops.ADD, src=(Pat(Ops.MUL, src=(Pat.var("a"), Pat.var("b"))), Pat.var("acc")), commutative=True),
+   lambda a, b, acc, ctx: _fuse_mulacc(a, b, acc, ctx)),
+  (Pat(set(_SIMPLE + _TRANSCENDENTAL) | {Ops.THREEFRY, Ops.FLOORDIV, Ops.FLOORMOD}, name="u"), _decompose),
+])
+
+
+def isel(sink: UOp, caps: Capabilities, fast_math: bool = False) -> UOp:
+  """`sink` with every op that `caps` lacks lowered into ops it has."""
+  return graph_rewrite(sink, ISEL_RULES, bottom_up=True, ctx=IselContext(caps, fast_math))
