@@ -22,7 +22,9 @@ MUL, NEG, MAX, TRUNC, compares); the rest of float16 and bfloat16 is computed in
 once (`cvt.rn.f16.f32`, `cvt.rn.bf16.f32`). A conversion to bfloat16 from float64 or an integer
 goes through float32 rounded to odd, so that it is rounded once. SQRT, DIV and RECIP are the
 correctly rounded `sqrt.rn`, `div.rn`, `rcp.rn`. EXP2, LOG2, SIN and POW have only `.approx`
-instructions, which miss SPEC-NOTES's accuracy bar: they are refused unless `fast_math=True`.
+instructions, which miss SPEC-NOTES's accuracy bar: they are refused unless `fast_math=True` (which
+also fuses MULACC into `fma.rn`). Instruction Selection (`uopc.stages.isel`, table "cuda") decomposes
+them, and THREEFRY, FLOORDIV and FLOORMOD, before rendering.
 
 Threads: `gidx<n>` is `%ctaid`, `lidx<n>` is `%tid`, `idx<n>` is `%ctaid * %ntid + %tid`, and when
 its bound is not a multiple of the block the threads past it branch to the SPECIAL's END. The
@@ -58,6 +60,7 @@ _HALF = (dtypes.float16, dtypes.bfloat16)
 _SMALL_INTS = (dtypes.int8, dtypes.int16, dtypes.uint8, dtypes.uint16)
 _TRANSCENDENTAL = frozenset({Ops.EXP2, Ops.LOG2, Ops.SIN, Ops.POW})
 _NO_CODE = frozenset({Ops.GROUP, Ops.SINK, Ops.NOOP})
+_ISEL_LOWERS = frozenset({Ops.THREEFRY, Ops.FLOORDIV, Ops.FLOORMOD})  # uopc.stages.isel decomposes them for cuda
 
 
 def reg_class(dt: DType) -> str:
@@ -142,8 +145,7 @@ class _Kernel:
     for u in self.uops:
       if u.op in _TRANSCENDENTAL and not self.fast_math:
         diags.append(self.diag(u, f"{u.op.name} has only approximate PTX instructions (ex2/lg2/sin.approx), which miss "
-                                  "the accuracy SPEC-NOTES asks for; it waits for Instruction Selection's decomposition "
-                                  "(or build with fast math)"))
+                                  "the accuracy SPEC-NOTES asks for: Instruction Selection must decompose it first"))
       elif u.op not in _RENDERERS:
         lower = " (Instruction Selection must lower it first)" if u.op in GroupOp.Decomposed else ""
         diags.append(self.diag(u, f"{u.op.name} is not supported by the PTX renderer{lower}"))
@@ -529,59 +531,12 @@ def _int_alu(k: _Kernel, u: UOp, op: Ops, dt: DType, xs: tuple[str, ...]) -> str
   t = int_type(dt)
   if op in _INT_CMP: return k.op1(f"setp.{_INT_CMP[op]}.{t}", dtypes.bool, *xs)
   if op is Ops.TRUNC: return xs[0]
-  if op in (Ops.FLOORDIV, Ops.FLOORMOD): return _floor_div(k, op, dt, xs)
-  if op is Ops.THREEFRY: return _threefry(k, u, dt, xs)
   if op not in _INT_OPS: raise k.fail(u, f"{op.name} of {dt} is not supported by the PTX renderer")
   if op in (Ops.SHL, Ops.SHR) and dt.itemsize == 8: xs = (xs[0], k.op1("cvt.u32.u64", dtypes.uint32, xs[1]))
   instr, widens = _INT_OPS[op]
   bits = t[1:]
   d = k.op1(instr.format(t=t, b=f"b{bits}", s=f"s{bits}"), dt, *xs)
   return k.canonical(d, dt) if widens else d
-
-
-def _floor_div(k: _Kernel, op: Ops, dt: DType, xs: tuple[str, ...]) -> str:
-  """Floor division from truncating div/rem: when the remainder is non-zero and its sign differs from
-  the divisor's, the quotient goes one down and the remainder one divisor up."""
-  a, b = xs
-  t = int_type(dt)
-  q, r = k.op1(f"div.{t}", dt, a, b), k.op1(f"rem.{t}", dt, a, b)
-  if dt.is_unsigned(): return q if op is Ops.FLOORDIV else r
-  nonzero = k.op1(f"setp.ne.{t}", dtypes.bool, r, "0")
-  signs = k.op1(f"xor.b{t[1:]}", dt, r, b)
-  differ = k.op1(f"setp.lt.{t}", dtypes.bool, signs, "0")
-  fix = k.op1("and.pred", dtypes.bool, nonzero, differ)
-  if op is Ops.FLOORDIV:
-    k.emit(f"@{fix} sub.{t} {q}, {q}, 1")
-    return k.canonical(q, dt)
-  k.emit(f"@{fix} add.{t} {r}, {r}, {b}")
-  return r
-
-
-_THREEFRY_ROT = ((13, 15, 26, 6), (17, 29, 16, 24))
-
-
-def _threefry(k: _Kernel, u: UOp, dt: DType, xs: tuple[str, ...]) -> str:
-  """Threefry-2x32, 20 rounds, as SPEC-NOTES defines it, on the 32-bit halves of x and key."""
-  if dt is not dtypes.uint64: raise k.fail(u, f"THREEFRY of {dt}: it is defined on uint64")
-  u32 = dtypes.uint32
-  x0, x1 = (k.new(u32) for _ in range(2))
-  k.emit(f"mov.b64 {{{x0}, {x1}}}, {xs[0]}")
-  k0, k1 = (k.new(u32) for _ in range(2))
-  k.emit(f"mov.b64 {{{k0}, {k1}}}, {xs[1]}")
-  ks = [k1, k.op1("xor.b32", u32, k.op1("xor.b32", u32, k0, k1), "0x1BD11BDA"), k0]
-  k.emit(f"add.u32 {x0}, {x0}, {ks[2]}")
-  k.emit(f"add.u32 {x1}, {x1}, {ks[0]}")
-  for i in range(5):
-    for r in _THREEFRY_ROT[i % 2]:
-      k.emit(f"add.u32 {x0}, {x0}, {x1}")
-      k.emit(f"shf.l.wrap.b32 {x1}, {x1}, {x1}, {r}")
-      k.emit(f"xor.b32 {x1}, {x1}, {x0}")
-    k.emit(f"add.u32 {x0}, {x0}, {ks[i % 3]}")
-    k.emit(f"add.u32 {x1}, {x1}, {ks[(i + 1) % 3]}")
-    k.emit(f"add.u32 {x1}, {x1}, {i + 1}")
-  d = k.new(dt)
-  k.emit(f"mov.b64 {d}, {{{x0}, {x1}}}")
-  return d
 
 
 # float compares: CMPGE/CMPLE are NOT of a CMPLT in seed 000, so true on NaN (unordered)
@@ -607,7 +562,8 @@ def _float_alu(k: _Kernel, u: UOp, op: Ops, dt: DType, xs: tuple[str, ...]) -> s
   t = _float_t(dt)
   if op in _FLOAT_CMP: return k.op1(f"setp.{_FLOAT_CMP[op]}.{t}", dtypes.bool, *xs)
   if op is Ops.MAX: return _float_max(k, dt, *xs)
-  if op is Ops.MULACC:  # ADD(MUL(a, b), c): two roundings, as seed 000 defines it
+  if op is Ops.MULACC:  # ADD(MUL(a, b), c) rounds twice (seed 000); fast math fuses it (isel forms it then)
+    if k.fast_math: return k.op1(f"fma.rn.{t}", dt, *xs)
     return k.op1(f"add.rn.{t}", dt, k.op1(f"mul.rn.{t}", dt, xs[0], xs[1]), xs[2])
   if op in _FLOAT_OPS:
     if op is Ops.TRUNC: return k.op1(f"cvt.rzi.{t}.{t}", dt, xs[0])
@@ -638,7 +594,7 @@ _RENDERERS: dict[Ops, Callable[[_Kernel, UOp], None]] = {
   Ops.PARAM: _param, Ops.DEFINE_VAR: _define_var, Ops.CONST: _const, Ops.BUFFER: _buffer, Ops.SPECIAL: _special,
   Ops.RANGE: _range, Ops.END: _close, Ops.IF: _if, Ops.ENDIF: _close, Ops.BARRIER: _barrier, Ops.AFTER: _after,
   Ops.INDEX: _index, Ops.LOAD: _load, Ops.STORE: _store, Ops.ATOMICADD: _atomic_add, Ops.STACK: _stack, Ops.GEP: _gep,
-  Ops.BITCAST: _bitcast, Ops.CAST: _cast, **{op: _alu for op in GroupOp.ALU},
+  Ops.BITCAST: _bitcast, Ops.CAST: _cast, **{op: _alu for op in GroupOp.ALU - _ISEL_LOWERS},
   **{op: lambda k, u: None for op in _NO_CODE},
 }
 
