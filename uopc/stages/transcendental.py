@@ -28,7 +28,9 @@ from uopc.uop import UOp
 
 
 def _like(x: UOp, dt: DType) -> DType: return dt.vec(x.dtype.count) if x.dtype.count > 1 else dt
-def c(x: UOp, value) -> UOp: return UOp.const(x.dtype, value)
+def c(x: UOp, value) -> UOp:
+  """A constant like x; integers wrap to x's dtype (-1 is all ones in an unsigned type)."""
+  return UOp.const(x.dtype, truncate(value, x.dtype) if x.dtype.is_int() else value)
 def add(a: UOp, b: UOp) -> UOp: return a.alu(Ops.ADD, b)
 def mul(a: UOp, b: UOp) -> UOp: return a.alu(Ops.MUL, b)
 def sub(a: UOp, b: UOp) -> UOp: return add(a, mul(b, c(b, -1)))  # exact: a + (-b) is a - b
