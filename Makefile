@@ -22,6 +22,18 @@ test: setup
 test-gpu: setup
 	$(PY) -m pytest -q -m gpu
 
+# CPU benchmark: uopc -t c next to numpy and tinygrad's CPU backend (tests/bench/RESULTS.md).
+# BENCH_ARGS passes options through, e.g. BENCH_ARGS="--filter gemm --build-arg=-O2".
+BENCH_ARGS ?=
+bench: $(VENV)/.bench-installed
+	sh tests/bench/install_clang.sh
+	$(PY) tests/bench/bench_cpu.py $(BENCH_ARGS)
+
+# Without network the install fails, no stamp is made (it is tried again next time) and the
+# benchmark still runs with its tinygrad column n/a.
+$(VENV)/.bench-installed: $(VENV)/.installed
+	$(PY) -m pip install -q -e '.[bench]' && touch $@ || echo "make bench: could not install tinygrad; its column will say n/a" >&2
+
 clean:
 	rm -rf build dist *.egg-info $(VENV) .pytest_cache
 	$(MAKE) -C samples/c-app clean
