@@ -1,0 +1,194 @@
+"""GPU benchmark of `-t cuda` (run by hand on an NVIDIA GPU: `python tests/bench/bench_cuda.py`).
+
+- add: out = a + b over 256M float32 (one thread per element, idx0), as a bandwidth against the
+  measured device-to-device copy bandwidth (cuMemcpyDtoD) of the same GPU;
+- softmax of 4096 rows x 4096 float32, one thread per row (three passes over the row), vs torch;
+- gemm 4096 x 4096 x 4096 in float32 and float16 (float32 accumulation), one thread per output on
+  16 x 16 blocks, vs torch.matmul.
+The kernels are written as kernel-level UOp programs with SPECIALs: kernels from tensor programs run in
+one GPU thread until Optimize maps their axes to the grid, which would measure nothing useful. Each
+time is the median of several runs between CUDA events; what cannot run is printed as skipped.
+"""
+from __future__ import annotations
+
+import ctypes
+import math
+import pathlib
+import sys
+import tempfile
+
+import numpy as np
+
+sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent.parent))
+from test_cuda_gpu import Driver, build_library, kernel_entry  # noqa: E402
+from uopc.dtype import AddrSpace, DType, dtypes  # noqa: E402
+from uopc.launcher import c_identifier, entry_args  # noqa: E402
+from uopc.ops import AxisType, Ops  # noqa: E402
+from uopc.uop import UOp  # noqa: E402
+
+idx = dtypes.index
+REPS = 10
+
+
+def c(v, dt=idx) -> UOp: return UOp.const(dt, v)
+def param(slot: int, dt: DType) -> UOp: return UOp(Ops.PARAM, dt.ptr(), (), (slot, f"data{slot}"))
+def load(buf: UOp, i: UOp) -> UOp: return UOp(Ops.LOAD, buf.dtype.base, (UOp(Ops.INDEX, buf.dtype, (buf, i)),))
+def store(buf: UOp, i: UOp, v: UOp) -> UOp: return UOp(Ops.STORE, src=(UOp(Ops.INDEX, buf.dtype, (buf, i)), v))
+
+
+def reduce_loop(slot: int, axis: int, dt: DType, init, bound: int, op: Ops, term, deps: tuple[UOp, ...]) -> UOp:
+  """acc = init; for k < bound: acc = op(acc, term(k)); the final acc (a REG accumulator, as Rangeify makes one)."""
+  acc = UOp(Ops.BUFFER, dt.ptr(AddrSpace.REG, 1), (), (slot, f"acc{slot}"))
+  zero = c(0)
+  first = store(UOp(Ops.AFTER, acc.dtype, (acc, *deps)), zero, c(init, dt))
+  k = UOp(Ops.RANGE, idx, (c(bound),), (axis, AxisType.REDUCE))
+  cur = UOp(Ops.LOAD, dt, (UOp(Ops.INDEX, acc.dtype, (UOp(Ops.AFTER, acc.dtype, (acc, first, k)), zero)),))
+  end = UOp(Ops.END, src=(store(acc, zero, cur.alu(op, term(k))), k))
+  return UOp(Ops.LOAD, dt, (UOp(Ops.INDEX, acc.dtype, (UOp(Ops.AFTER, acc.dtype, (acc, end)), zero)),))
+
+
+# ---- the kernels -----------------------------------------------------------------------------------------------
+def add_kernel(n: int) -> UOp:
+  out, a, b = param(0, dtypes.float32), param(1, dtypes.float32), param(2, dtypes.float32)
+  i = UOp(Ops.SPECIAL, idx, (c(n),), "idx0")
+  return UOp(Ops.SINK, src=(store(out, i, load(a, i).alu(Ops.ADD, load(b, i))),))
+
+
+def softmax_kernel(rows: int, cols: int) -> UOp:
+  out, x = param(0, dtypes.float32), param(1, dtypes.float32)
+  row = UOp(Ops.SPECIAL, idx, (c(rows // 32),), "gidx0").alu(Ops.MUL, c(32)).alu(Ops.ADD, UOp(Ops.SPECIAL, idx, (c(32),), "lidx0"))
+  at = lambda k: row.alu(Ops.MUL, c(cols)).alu(Ops.ADD, k)  # noqa: E731
+  f32 = dtypes.float32
+  m = reduce_loop(0, 0, f32, -math.inf, cols, Ops.MAX, lambda k: load(x, at(k)), (row,))
+  e = lambda k: UOp(Ops.EXP2, f32, (load(x, at(k)).alu(Ops.SUB, m).alu(Ops.MUL, c(1.4426950408889634, f32)),))  # noqa: E731
+  s = reduce_loop(1, 1, f32, 0.0, cols, Ops.ADD, e, (row,))
+  k = UOp(Ops.RANGE, idx, (c(cols),), (2, AxisType.LOOP))
+  return UOp(Ops.SINK, src=(UOp(Ops.END, src=(store(out, at(k), e(k).alu(Ops.DIV, s)), k)),))
+
+
+def gemm_kernel(n: int, dt: DType) -> UOp:
+  out, a, b = param(0, dt), param(1, dt), param(2, dt)
+  col = UOp(Ops.SPECIAL, idx, (c(n // 16),), "gidx0").alu(Ops.MUL, c(16)).alu(Ops.ADD, UOp(Ops.SPECIAL, idx, (c(16),), "lidx0"))
+  row = UOp(Ops.SPECIAL, idx, (c(n // 16),), "gidx1").alu(Ops.MUL, c(16)).alu(Ops.ADD, UOp(Ops.SPECIAL, idx, (c(16),), "lidx1"))
+  f32 = dtypes.float32
+  wide = lambda v: v if dt is f32 else UOp(Ops.CAST, f32, (v,))  # noqa: E731
+  term = lambda k: wide(load(a, row.alu(Ops.MUL, c(n)).alu(Ops.ADD, k))).alu(Ops.MUL, wide(load(b, k.alu(Ops.MUL, c(n)).alu(Ops.ADD, col))))  # noqa: E731
+  acc = reduce_loop(0, 0, f32, 0.0, n, Ops.ADD, term, (row, col))
+  return UOp(Ops.SINK, src=(store(out, row.alu(Ops.MUL, c(n)).alu(Ops.ADD, col), acc if dt is f32 else UOp(Ops.CAST, dt, (acc,))),))
+
+
+# ---- timing -----------------------------------------------------------------------------------------------------
+class Timer:
+  def __init__(self, gpu: Driver):
+    self.cu = gpu.cu
+    self.start, self.end = ctypes.c_void_p(), ctypes.c_void_p()
+    for ev in (self.start, self.end): gpu.check(self.cu.cuEventCreate(ctypes.byref(ev), 0), "cuEventCreate")
+
+  def median_ms(self, run) -> float:
+    run()  # warm up: module load, JIT, caches
+    times = []
+    for _ in range(REPS):
+      self.cu.cuEventRecord(self.start, None)
+      run()
+      self.cu.cuEventRecord(self.end, None)
+      self.cu.cuEventSynchronize(self.end)
+      ms = ctypes.c_float()
+      self.cu.cuEventElapsedTime(ctypes.byref(ms), self.start, self.end)
+      times.append(ms.value)
+    return float(np.median(times))
+
+
+def entry_runner(gpu: Driver, out_dir: pathlib.Path, name: str, sink: UOp, arrays: list[np.ndarray]):
+  """Build `sink` into libNAME.so, upload `arrays` (its buffers by slot); returns (run, download of slot 0)."""
+  entry = kernel_entry(name, "main", [sink])
+  lib = build_library(out_dir / name, name, [entry])
+  ptrs = [gpu.upload(a) for a in arrays]
+  fn = getattr(lib, f"{c_identifier(name)}_main")
+  fn.argtypes = [ctypes.c_uint64] * len(entry_args(entry)) + [ctypes.c_void_p]
+  def run():
+    status = fn(*ptrs, None)
+    if status != 0: raise RuntimeError(f"{name}: status {status}")
+  return run, lambda: gpu.download(ptrs[0], arrays[0])
+
+
+def torch_ms(fn) -> float | None:
+  try:
+    import torch
+  except ImportError:
+    return None
+  fn(torch)
+  torch.cuda.synchronize()
+  start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+  times = []
+  for _ in range(REPS):
+    start.record()
+    fn(torch)
+    end.record()
+    torch.cuda.synchronize()
+    times.append(start.elapsed_time(end))
+  return float(np.median(times))
+
+
+def bench_add(gpu: Driver, timer: Timer, out_dir: pathlib.Path) -> None:
+  n = 256 << 20
+  a, b = np.random.default_rng(0).standard_normal((2, n), dtype=np.float32)
+  run, result = entry_runner(gpu, out_dir, "add", add_kernel(n), [np.zeros(n, np.float32), a, b])
+  ms = timer.median_ms(run)
+  assert np.array_equal(result()[:1 << 20], (a + b)[:1 << 20])
+  src, dst = gpu.upload(a), gpu.upload(b)
+  copy_ms = timer.median_ms(lambda: gpu.cu.cuMemcpyDtoD_v2(ctypes.c_uint64(dst), ctypes.c_uint64(src), ctypes.c_size_t(4 * n)))
+  add_gbs, copy_gbs = 3 * 4 * n / ms / 1e6, 2 * 4 * n / copy_ms / 1e6
+  print(f"add 256M f32:       {ms:8.3f} ms  {add_gbs:7.1f} GB/s  ({add_gbs / copy_gbs:.0%} of the {copy_gbs:.1f} GB/s cuMemcpyDtoD)")
+
+
+def bench_softmax(gpu: Driver, timer: Timer, out_dir: pathlib.Path) -> None:
+  rows = cols = 4096
+  x = np.random.default_rng(1).standard_normal((rows, cols), dtype=np.float32)
+  run, result = entry_runner(gpu, out_dir, "softmax", softmax_kernel(rows, cols), [np.zeros(rows * cols, np.float32), x.reshape(-1)])
+  ms = timer.median_ms(run)
+  e = np.exp(x - x.max(axis=1, keepdims=True))
+  np.testing.assert_allclose(result().reshape(rows, cols), e / e.sum(axis=1, keepdims=True), rtol=1e-4, atol=1e-7)
+  ref = torch_ms(lambda t: t.softmax(_torch_tensor(t, x), dim=1))
+  print(f"softmax 4096x4096:  {ms:8.3f} ms" + (f"  torch {ref:.3f} ms ({ref / ms:.0%} of torch's speed)" if ref else "  (torch not installed)"))
+
+
+_TORCH_CACHE: dict = {}
+
+
+def _torch_tensor(torch, array: np.ndarray):
+  key = id(array)
+  if key not in _TORCH_CACHE: _TORCH_CACHE[key] = torch.from_numpy(array).cuda()
+  return _TORCH_CACHE[key]
+
+
+def bench_gemm(gpu: Driver, timer: Timer, out_dir: pathlib.Path, dt: DType) -> None:
+  n = 4096
+  t = np.float32 if dt is dtypes.float32 else np.float16
+  a, b = (np.random.default_rng(2).standard_normal((2, n, n)) / 8).astype(t)
+  run, result = entry_runner(gpu, out_dir, f"gemm_{dt.short}", gemm_kernel(n, dt), [np.zeros(n * n, t), a.reshape(-1), b.reshape(-1)])
+  ms = timer.median_ms(run)
+  ref_rows = a[:64].astype(np.float64) @ b.astype(np.float64)
+  np.testing.assert_allclose(result().reshape(n, n)[:64].astype(np.float64), ref_rows, rtol=2e-2 if t is np.float16 else 1e-4, atol=1e-2)
+  tflops = 2 * n ** 3 / ms / 1e9
+  ref = torch_ms(lambda torch: _torch_tensor(torch, a) @ _torch_tensor(torch, b))
+  vs = f"  torch.matmul {ref:.3f} ms ({2 * n ** 3 / ref / 1e9:.1f} TFLOP/s)" if ref else "  (torch not installed)"
+  print(f"gemm 4096 {dt.short:>4}:     {ms:8.3f} ms  {tflops:6.2f} TFLOP/s{vs}")
+
+
+def main() -> None:
+  try:
+    gpu = Driver()
+  except (OSError, RuntimeError) as e:
+    print(f"skipped: no usable CUDA GPU ({e})")
+    return
+  timer = Timer(gpu)
+  out_dir = pathlib.Path(tempfile.mkdtemp(prefix="uopc_bench_cuda_"))
+  bench_add(gpu, timer, out_dir)
+  bench_softmax(gpu, timer, out_dir)
+  for dt in (dtypes.float32, dtypes.float16): bench_gemm(gpu, timer, out_dir, dt)
+  print("skipped: softmax and gemm as tensor programs (samples/softmax.uop, gemm.uop): their kernels run in one GPU "
+        "thread until Optimize maps axes to the grid")
+
+
+if __name__ == "__main__":
+  main()
