@@ -34,6 +34,11 @@ bench: $(VENV)/.bench-installed
 $(VENV)/.bench-installed: $(VENV)/.installed
 	$(PY) -m pip install -q -e '.[bench]' && touch $@ || echo "make bench: could not install tinygrad; its column will say n/a" >&2
 
+# The differential test with many more random programs than CI runs, from fresh seeds;
+# UOPC_FUZZ_SEED=N replays the batches of base seed N.
+fuzz: setup
+	UOPC_FUZZ_BATCHES=$${UOPC_FUZZ_BATCHES:-200} UOPC_FUZZ_SEED=$${UOPC_FUZZ_SEED:-random} $(PY) -m pytest -q -n $(JOBS) tests/test_differential.py
+
 clean:
 	rm -rf build dist *.egg-info $(VENV) .pytest_cache
 	$(MAKE) -C samples/c-app clean
