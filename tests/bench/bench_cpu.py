@@ -148,7 +148,8 @@ def speedup(row: Row, other: str) -> str:
 
 
 def table(rows: list[Row]) -> list[str]:
-  head = ["workload", "uopc build s", *(f"{c} ms" for c in COLUMNS), "unit", *COLUMNS, "numpy/uopc", "tinygrad/uopc"]
+  head = ["workload", "uopc build s", *(f"{c} ms" for c in COLUMNS), "unit", *(f"{c} rate" for c in COLUMNS),
+          "numpy/uopc", "tinygrad/uopc"]
   lines = ["| " + " | ".join(head) + " |", "|" + "|".join(["---"] + ["---:"] * (len(head) - 1)) + "|"]
   for r in rows:
     build = "—" if r.build_s is None else f"{r.build_s:.2f}"
