@@ -24,6 +24,7 @@ MACH = {"gfx90a": 0x3F, "gfx1100": 0x41, "gfx942": 0x4C}
 
 STUB = r"""
 #include <stdint.h>
+#include <stdio.h>
 #include <string.h>
 #include <stdlib.h>
 typedef int hipError_t;
@@ -58,9 +59,17 @@ hipError_t hipModuleLaunchKernel(void* fn, unsigned gx, unsigned gy, unsigned gz
   stub_grid[0] = gx; stub_grid[1] = gy; stub_grid[2] = gz;
   stub_block[0] = bx; stub_block[1] = by; stub_block[2] = bz;
   stub_stream = stream;
-  for (int i = 0; i < stub_nargs && i < 8; i++) memcpy(&stub_args[i], params[i], 8);
+  char key[192];  /* $STUB_NARGS_<kernel> overrides stub_nargs for entries that launch several kernels */
+  snprintf(key, sizeof key, "STUB_NARGS_%s", stub_function);
+  int nargs = getenv(key) ? atoi(getenv(key)) : stub_nargs;
+  for (int i = 0; i < nargs && i < 8; i++) memcpy(&stub_args[i], params[i], 8);
   return getenv("STUB_FAIL_LAUNCH") ? 98 : 0;
 }
+unsigned char stub_device_memory[1 << 16];
+size_t stub_malloc_size;
+void* stub_freed;
+hipError_t hipMallocAsync(void** p, size_t size, void* stream) { (void)stream; stub_malloc_size = size; *p = stub_device_memory; return 0; }
+hipError_t hipFreeAsync(void* p, void* stream) { (void)stream; stub_freed = p; return 0; }
 const char* hipGetErrorString(hipError_t e) { return e == 98 ? "stub: invalid value" : "stub: other error"; }
 """
 
@@ -192,3 +201,33 @@ def lib_status(lib, prefix: str, name: str) -> int:
   messages = {b"a buffer argument is NULL": "UOPC_ERR_NULL_POINTER",
               b"a size argument is outside the [min, max] range the program declares": "UOPC_ERR_VAR_RANGE"}
   return next(code for code in range(16) if messages.get(strerror(code)) == name)
+
+
+def test_intermediate_buffers_live_in_a_workspace_allocated_on_the_stream(stub, tmp_path, monkeypatch):
+  """gather runs two kernels that pass an intermediate through the memory plan's workspace."""
+  from uopc.frontend import load_module
+  monkeypatch.setenv("STUB_MACH", str(MACH["gfx1100"]))
+  module = load_module(str(Path(__file__).resolve().parents[1] / "samples" / "gather.uop"))
+  entries = compile_module(module, "amd", "gath")
+  (e,) = entries
+  assert e.workspace is not None and len(e.kernels) == 2
+  built = build_artifacts(tmp_path, "gath", entries, ("gfx1100",))
+  for cc in ("gcc", "clang"):
+    if shutil.which(cc): compiles([cc, "-std=c99", "-Wall", "-Wextra", "-Werror", "-fsyntax-only", str(built["source"])])
+  lib = ctypes.CDLL(str(built["so"]))
+  size = getattr(lib, f"gath_{e.name}_workspace_size")
+  size.restype = ctypes.c_size_t
+  assert size() == e.workspace.size
+  bufs = [np.zeros(64, np.float32) for _ in range(3)]
+  before = counter(stub, "stub_launches")
+  last = e.kernels[-1]
+  for k in e.kernels: monkeypatch.setenv(f"STUB_NARGS_{k.name}", str(len(k.params)))
+  assert entry(lib, stub, f"gath_{e.name}", 4)(*(b.ctypes.data for b in bufs), None) == 0
+  assert counter(stub, "stub_launches") == before + 2
+  assert ctypes.c_size_t.in_dll(stub, "stub_malloc_size").value == e.workspace.size
+  memory = ctypes.addressof(ctypes.c_ubyte.in_dll(stub, "stub_device_memory"))
+  assert ctypes.c_void_p.in_dll(stub, "stub_freed").value == memory
+  offsets = dict(e.workspace.offsets)
+  # the last launch's arguments: the caller's buffers, and the intermediate at its offset in the workspace
+  expected = [memory + offsets[p.slot] if p.slot in offsets else bufs[p.slot].ctypes.data for p in last.params]
+  assert [a & (2**64 - 1) for a in recorded(stub, "stub_args", len(last.params))] == expected

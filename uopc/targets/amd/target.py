@@ -29,9 +29,6 @@ def _check_request(req: BuildRequest) -> None:
   if unbuilt:
     raise CompileError([error(None, f"artifact {', '.join(unbuilt)} is for an arch not being built ({', '.join(req.archs)})",
                               "name its arch with --arch, or pick the artifacts of the built archs with --emit")])
-  if any(getattr(e, "workspace", None) is not None for e in req.entries):
-    raise CompileError([error(None, "the HIP launcher does not allocate workspaces yet: entries whose kernels pass "
-                                    "intermediate buffers cannot be built with -t amd")])
 
 
 def build(req: BuildRequest) -> dict[str, Path]:
