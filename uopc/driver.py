@@ -125,7 +125,7 @@ def compiler_command(source: Path, output: Path, opt_level: int, env: Mapping[st
   directory with relative names, and the staging path mapped away, so it is not embedded in the .so."""
   cc = shlex.split(env.get("CC") or "cc")
   return [*cc, *BASE_CFLAGS, f"-O{opt_level}", f"-ffile-prefix-map={source.parent.resolve()}=.", *shlex.split(env.get("CFLAGS", "")),
-          "-o", output.name, source.name]
+          "-o", output.name, source.name, "-lm"]  # kernels call libm (sinf, exp2f, ...)
 
 
 def compile_shared(source: Path, output: Path, opt_level: int, env: Mapping[str, str]) -> None:

@@ -49,6 +49,14 @@ class Target:
     return lambda linear, kernel_name: self.render(linear, kernel_name, loc_of)
 
 
+def param_name(param) -> str:
+  """The name a kernel-level PARAM has in every target's header and metadata: the program's own
+  (`PARAM {(slot, "name")}`), else `data<slot>`. Renderers may name it differently inside a kernel."""
+  arg = param.arg
+  if isinstance(arg, tuple) and len(arg) > 1 and isinstance(arg[1], str): return arg[1]
+  return f"data{arg[0] if isinstance(arg, tuple) else arg}"
+
+
 class UnknownTargetError(ValueError):
   pass
 

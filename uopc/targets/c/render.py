@@ -23,6 +23,7 @@ import numpy as np
 
 from uopc.diagnostics import CompileError, error
 from uopc.dtype import AddrSpace, DType, PtrDType, dtypes
+from uopc.targets import param_name
 from uopc.ops import GroupOp, Ops
 from uopc.targets.c.prelude import C_PRELUDE, C_SCALAR, VECTOR_LANES, vector_type_name
 from uopc.uop import UOp
@@ -193,6 +194,12 @@ def _root_buffer(u: UOp) -> UOp:
   return u
 
 
+def _c_name(p: KernelParam) -> str:
+  """A buffer is `data<slot>` inside the kernel, whatever the program calls it: the user's names could
+  clash with the generated ones (val0, alu3) and only the launcher's signature shows them."""
+  return f"data{p.slot}" if p.kind == "buffer" else p.name
+
+
 class _Renderer:
   def __init__(self, uops: tuple[UOp, ...], name: str):
     self.uops, self.name = uops, name
@@ -226,7 +233,7 @@ class _Renderer:
       if u.dtype.addrspace is not AddrSpace.GLOBAL: raise _fail(f"PARAM data{u.arg[0]} must be in the global addrspace")
       if any(p.slot == u.arg[0] for p in params): raise _fail(f"two PARAMs use slot {u.arg[0]}")
       self._claim(u, f"data{u.arg[0]}")
-      params.append(KernelParam(f"data{u.arg[0]}", u.arg[0], "buffer", u.dtype, u in written))
+      params.append(KernelParam(param_name(u), u.arg[0], "buffer", u.dtype, u in written))
     for u in vars_:
       if not (isinstance(u.arg, tuple) and len(u.arg) == 3): raise _fail(f"DEFINE_VAR arg {u.arg!r} is not (name, min, max)")
       _check_identifier(u.arg[0], "DEFINE_VAR name")
@@ -259,19 +266,19 @@ class _Renderer:
     for u in self.uops:
       if u in self.live: self._render(u)
     if self.open_blocks: raise _fail(f"{self.open_blocks[-1].op.name} is never closed")
-    unused = [f"  (void){p.name};" for p, u in zip(self.params, self._param_uops()) if u not in self.live]
+    unused = [f"  (void){_c_name(p)};" for p, u in zip(self.params, self._param_uops()) if u not in self.live]
     args = ", ".join(self._param_decl(p) for p in self.params) or "void"
     source = "\n".join([f"void {self.name}({args}) {{", *unused, *self.lines, "}", ""])
     return RenderedKernel(self.name, source, self.params)
 
   def _param_uops(self) -> list[UOp]:
     by_name = {self.names[u]: u for u in self.uops if u.op in (Ops.PARAM, Ops.DEFINE_VAR)}
-    return [by_name[p.name] for p in self.params]
+    return [by_name[_c_name(p)] for p in self.params]
 
   @staticmethod
   def _param_decl(p: KernelParam) -> str:
     if p.kind == "var": return f"{ctype(p.dtype)} {p.name}"
-    return f"{'' if p.written else 'const '}{ctype(p.dtype)} restrict {p.name}"
+    return f"{'' if p.written else 'const '}{ctype(p.dtype)} restrict {_c_name(p)}"
 
   # ---- one instruction ----
   def _render(self, u: UOp) -> None:

@@ -25,6 +25,7 @@ from typing import Callable
 
 from uopc.diagnostics import CompileError, Loc, error
 from uopc.dtype import AddrSpace, DType, PtrDType, dtypes
+from uopc.targets import param_name
 from uopc.ops import Ops
 from uopc.targets.c.render import KernelParam, RenderedKernel
 from uopc.targets.llvm.types import bits_of, const_literal, is_signed, mangle, mem_type, ptr_type, reg_type
@@ -96,7 +97,7 @@ def kernel_params(linear: UOp) -> tuple[KernelParam, ...]:
   written = {_base_buffer(u.src[0]) for u in uops if u.op in (Ops.STORE, Ops.ATOMICADD)}
   bufs = sorted((u for u in uops if u.op is Ops.PARAM), key=lambda u: u.arg[0])
   dvars = sorted((u for u in uops if u.op is Ops.DEFINE_VAR), key=lambda u: u.arg[0])
-  return tuple([KernelParam(b.arg[1], b.arg[0], "buffer", b.dtype, b in written, None, None) for b in bufs] +
+  return tuple([KernelParam(param_name(b), b.arg[0], "buffer", b.dtype, b in written, None, None) for b in bufs] +
                [KernelParam(v.arg[0], len(bufs) + i, "var", v.dtype, False, v.arg[1], v.arg[2]) for i, v in enumerate(dvars)])
 
 

@@ -36,6 +36,7 @@ import numpy as np
 
 from uopc.diagnostics import CompileError, Diagnostic, Loc, error
 from uopc.dtype import AddrSpace, DType, PtrDType, dtypes
+from uopc.targets import param_name
 from uopc.ops import GroupOp, Ops
 from uopc.targets.c.render import KernelParam, RenderedKernel
 from uopc.uop import UOp
@@ -205,7 +206,7 @@ class _Kernel:
     return sorted((u for u in self.uops if u.op is Ops.DEFINE_VAR), key=lambda u: u.arg[0])
 
   def params(self) -> tuple:
-    bufs = tuple(KernelParam(self.r[p], p.arg[0], "buffer", p.dtype, p in self.written, None, None) for p in self.buffers())
+    bufs = tuple(KernelParam(param_name(p), p.arg[0], "buffer", p.dtype, p in self.written, None, None) for p in self.buffers())
     return bufs + tuple(KernelParam(v.arg[0], None, "var", dtypes.index, False, v.vmin, v.vmax) for v in self.vars())
 
 
