@@ -44,6 +44,7 @@ import numpy as np
 from uopc.diagnostics import CompileError, Diagnostic, Loc, error
 from uopc.dtype import AddrSpace, DType, PtrDType, dtypes
 from uopc.ops import GroupOp, Ops
+from uopc.targets import param_name
 from uopc.targets.amd.geometry import Geometry, idx_local_size, workgroup_geometry
 from uopc.targets.c.render import KernelParam, RenderedKernel
 from uopc.uop import UOp
@@ -160,7 +161,7 @@ class _Kernel:
     for u in buffers:
       if not isinstance(u.dtype, PtrDType) or u.dtype.addrspace is not AddrSpace.GLOBAL:
         raise self.fail(u, "a kernel PARAM must be a pointer to global memory")
-    return tuple(KernelParam(f"data{u.arg[0]}", u.arg[0], "buffer", u.dtype, u in written) for u in buffers) + \
+    return tuple(KernelParam(param_name(u), u.arg[0], "buffer", u.dtype, u in written) for u in buffers) + \
       tuple(KernelParam(u.arg[0], i, "var", dtypes.index, False, u.vmin, u.vmax) for i, u in enumerate(vars_, len(buffers)))
 
   def param_name(self, i: int) -> str: return f"{self.name}_param_{i}"
