@@ -265,7 +265,7 @@ int main(void) {{
   assert done.returncode == 0 and done.stdout.startswith("4 pair ")
   header = (launcher_lib / f"{LIB}.h").read_text()
   assert "typedef struct CUstream_st* CUstream;" in header and "#include <cuda" not in header
-  assert f"int {LIB}_pair(float* data0, const float* data2, CUstream stream);" in header  # slot 1 is the workspace
+  assert f"int {LIB}_pair(float* out, const float* in1, CUstream stream);" in header  # slot 1 is the workspace
 
 
 def _have_driver() -> bool:
