@@ -1,0 +1,140 @@
+"""`-t amd` on a real AMD GPU (marker `gpu`; `make test-gpu`): every per-op x per-dtype kernel of the C
+target's case table (through Instruction Selection with the AMD capabilities, as the pipeline does)
+against numpy, and every sample against the C target's library on the same inputs. The libraries are
+called through ctypes like a C program would: only libNAME.so, with device memory from the HIP runtime
+(libamdhip64.so). Skips cleanly without the runtime or a device (so everywhere but a ROCm machine).
+"""
+from __future__ import annotations
+
+import ctypes
+import pathlib
+
+import numpy as np
+import pytest
+
+from test_c_ops import CASES, NP, mismatches
+from test_llvm_ops import seed_comparisons
+from uopc.launcher import EntryKernels, c_identifier, entry_args, kernel_name
+from uopc.stages.isel import capabilities, isel
+from uopc.stages.linearize import linearize
+from uopc.targets.amd.build import build_artifacts
+from uopc.targets.amd.render import render_kernel
+from uopc.targets.llvm.render import AMD_ARCHS
+
+pytestmark = pytest.mark.gpu
+ROOT = pathlib.Path(__file__).resolve().parent.parent
+HIP_MEMCPY_HOST_TO_DEVICE, HIP_MEMCPY_DEVICE_TO_HOST = 1, 2
+
+
+class Runtime:
+  """The few HIP calls the harness needs: device memory, copies, a synchronisation."""
+
+  def __init__(self):
+    self.hip = ctypes.CDLL("libamdhip64.so")
+    count = ctypes.c_int()
+    self.check(self.hip.hipGetDeviceCount(ctypes.byref(count)), "hipGetDeviceCount")
+    if count.value == 0: raise RuntimeError("no AMD GPU")
+    self.check(self.hip.hipSetDevice(0), "hipSetDevice")
+
+  @staticmethod
+  def check(err: int, what: str) -> None:
+    if err != 0: raise RuntimeError(f"{what} failed with hipError {err}")
+
+  def upload(self, host: np.ndarray) -> int:
+    ptr = ctypes.c_void_p()
+    self.check(self.hip.hipMalloc(ctypes.byref(ptr), ctypes.c_size_t(max(host.nbytes, 1))), "hipMalloc")
+    if host.nbytes:
+      self.check(self.hip.hipMemcpy(ptr, np.ascontiguousarray(host).ctypes.data_as(ctypes.c_void_p), ctypes.c_size_t(host.nbytes),
+                                    HIP_MEMCPY_HOST_TO_DEVICE), "hipMemcpy to the device")
+    return ptr.value
+
+  def download(self, ptr: int, like: np.ndarray) -> np.ndarray:
+    out = np.empty_like(like)
+    self.check(self.hip.hipDeviceSynchronize(), "hipDeviceSynchronize (a kernel failed)")
+    if out.nbytes:
+      self.check(self.hip.hipMemcpy(out.ctypes.data_as(ctypes.c_void_p), ctypes.c_void_p(ptr), ctypes.c_size_t(out.nbytes),
+                                    HIP_MEMCPY_DEVICE_TO_HOST), "hipMemcpy to the host")
+    return out
+
+  def free(self, ptr: int) -> None: self.check(self.hip.hipFree(ctypes.c_void_p(ptr)), "hipFree")
+
+
+@pytest.fixture(scope="module")
+def gpu():
+  try:
+    return Runtime()
+  except (OSError, RuntimeError) as e:
+    pytest.skip(f"no usable AMD GPU: {e}")
+
+
+def kernel_entry(lib_name: str, entry: str, sinks) -> EntryKernels:
+  prefix = c_identifier(lib_name)
+  return EntryKernels(entry, tuple(render_kernel(linearize(isel(s, capabilities("amd"))), kernel_name(prefix, entry, i))
+                                   for i, s in enumerate(sinks)))
+
+
+def call(gpu: Runtime, lib: ctypes.CDLL, lib_name: str, entry: EntryKernels, arrays: list[np.ndarray],
+         variables: dict[str, int] | None = None) -> list[np.ndarray]:
+  """Run `entry` on device copies of `arrays` (its buffers by slot) and return them as they come back."""
+  args = entry_args(entry)
+  bufs = [a for a in args if a.kind == "buffer"]
+  assert len(bufs) == len(arrays)
+  ptrs = [gpu.upload(a) for a in arrays]
+  values = [ctypes.c_void_p(p) for p in ptrs] + [ctypes.c_int64(variables[a.key]) for a in args if a.kind == "var"]
+  fn = getattr(lib, f"{c_identifier(lib_name)}_{entry.name}")
+  fn.argtypes = [ctypes.c_void_p] * len(bufs) + [ctypes.c_int64] * (len(args) - len(bufs)) + [ctypes.c_void_p]
+  status = fn(*values, None)
+  strerror = getattr(lib, f"{c_identifier(lib_name)}_strerror")
+  strerror.restype = ctypes.c_char_p
+  assert status == 0, strerror(status).decode()
+  results = [gpu.download(p, a) for p, a in zip(ptrs, arrays)]
+  for p in ptrs: gpu.free(p)
+  return results
+
+
+def test_every_op_and_dtype_matches_numpy(gpu, tmp_path):
+  lib_name = "amdops"
+  entries = {c.name: kernel_entry(lib_name, c.name, [c.sink]) for c in CASES.values()}
+  lib = ctypes.CDLL(str(build_artifacts(tmp_path, lib_name, list(entries.values()), AMD_ARCHS)["so"]))
+  failures = []
+  for case in map(seed_comparisons, CASES.values()):
+    got = call(gpu, lib, lib_name, entries[case.name], [np.zeros(len(case.expected), case.expected.dtype), *case.inputs])[0]
+    if bad := mismatches(case, got):
+      i = bad[0]
+      failures.append(f"{case.name}: {len(bad)} wrong, e.g. inputs {[x[i] for x in case.inputs]} -> {got[i]!r}, expected {case.expected[i]!r}")
+  assert not failures, "\n".join(failures)
+
+
+def _inputs(args, rng) -> list[np.ndarray]:
+  """Arrays for the buffers: floats normal, integers 0 or 1 (safe as indices), 4096 elements when the size is not known."""
+  out = []
+  for a in (a for a in args if a.kind == "buffer"):
+    n = int(np.prod(a.shape)) if a.shape else 4096
+    t = NP[a.dtype]
+    out.append(rng.standard_normal(n).astype(t) if a.dtype.is_float() else rng.integers(0, 2, n).astype(t))
+  return out
+
+
+@pytest.mark.parametrize("sample", sorted(p.name for p in (ROOT / "samples").glob("*.uop")))
+def test_samples_match_the_c_target(gpu, sample, tmp_path):
+  from uopc.driver import BuildOptions, build
+  from uopc.frontend import load_module
+  from uopc.pipeline import compile_module
+  path = ROOT / "samples" / sample
+  name = path.stem
+  amd_paths = build(path, BuildOptions(target="amd", out_dir=tmp_path / "amd"))
+  c_paths = build(path, BuildOptions(target="c", out_dir=tmp_path / "c"))
+  amd_lib = ctypes.CDLL(str(next(p for p in amd_paths if p.suffix == ".so")))
+  c_lib = ctypes.CDLL(str(next(p for p in c_paths if p.suffix == ".so")))
+  rng = np.random.default_rng(11)
+  for entry in compile_module(load_module(str(path)), "c", name):
+    args = entry_args(entry)
+    arrays = _inputs(args, rng)
+    variables = {a.key: min(a.vmax, max(a.vmin, 16)) for a in args if a.kind == "var"}
+    expected = [x.copy() for x in arrays]
+    fn = getattr(c_lib, f"{c_identifier(name)}_{entry.name}")
+    fn.argtypes = [ctypes.c_void_p] * len(arrays) + [ctypes.c_int64] * len(variables)
+    assert fn(*(x.ctypes.data for x in expected), *variables.values()) == 0
+    got = call(gpu, amd_lib, name, entry, arrays, variables)
+    for a, g, e in zip((a for a in args if a.kind == "buffer"), got, expected):
+      np.testing.assert_allclose(g.astype(np.float64), e.astype(np.float64), rtol=1e-5, atol=1e-6, err_msg=f"{entry.name}: {a.name}")
