@@ -309,3 +309,30 @@ CHECK: store <4 x float>
 def test_renderer_output_is_deterministic():
   assert rendered(LDS_REDUCE, "amdgcn") == rendered(LDS_REDUCE, "amdgcn")
   assert rendered(SEMANTICS) == rendered(SEMANTICS)
+
+
+def test_buffers_sharing_a_name_get_distinct_storage():
+  text = """
+kernel twice {
+  %o = PARAM {(0, "o")} : ptr<f32>
+  %a = BUFFER {(1, "acc")} : ptr<f32, reg, 1>
+  %b = BUFFER {(2, "acc")} : ptr<f32, reg, 2>
+  %pa = INDEX(%a, 0)
+  %sa = STORE(%pa, 1.0)
+  %pb = INDEX(%b, 1)
+  %sb = STORE(%pb, 2.0)
+  %aa = AFTER(%a, %sa)
+  %ab = AFTER(%b, %sb)
+  %qa = INDEX(%aa, 0)
+  %qb = INDEX(%ab, 1)
+  %va = LOAD(%qa)
+  %vb = LOAD(%qb)
+  %s = ADD(%va, %vb)
+  %po = INDEX(%o, 0)
+  STORE(%po, %s)
+}
+"""
+  filecheck(rendered(text), """
+CHECK-DAG: %acc.buf = alloca [1 x float]
+CHECK-DAG: %acc.2.buf = alloca [2 x float]
+""")

@@ -25,8 +25,8 @@ from typing import Callable
 
 from uopc.diagnostics import CompileError, Loc, error
 from uopc.dtype import AddrSpace, DType, PtrDType, dtypes
-from uopc.targets import param_name
 from uopc.ops import Ops
+from uopc.targets import param_name
 from uopc.targets.c.render import KernelParam, RenderedKernel
 from uopc.targets.llvm.types import bits_of, const_literal, is_signed, mangle, mem_type, ptr_type, reg_type
 from uopc.uop import UOp
@@ -86,6 +86,9 @@ def _float_one(ty: str) -> str:
   return "0xH3C00" if scalar == "half" else "0x3FF0000000000000"
 
 
+def _slot(u: UOp) -> int: return u.arg[0] if isinstance(u.arg, tuple) else u.arg
+
+
 def _base_buffer(u: UOp) -> UOp:
   while u.op in (Ops.INDEX, Ops.AFTER, Ops.CAST) and u.src: u = u.src[0]
   return u
@@ -95,9 +98,9 @@ def kernel_params(linear: UOp) -> tuple[KernelParam, ...]:
   """Buffers by slot, then DEFINE_VARs by name: the signature order every target shares."""
   uops = linear.src
   written = {_base_buffer(u.src[0]) for u in uops if u.op in (Ops.STORE, Ops.ATOMICADD)}
-  bufs = sorted((u for u in uops if u.op is Ops.PARAM), key=lambda u: u.arg[0])
+  bufs = sorted((u for u in uops if u.op is Ops.PARAM), key=_slot)
   dvars = sorted((u for u in uops if u.op is Ops.DEFINE_VAR), key=lambda u: u.arg[0])
-  return tuple([KernelParam(param_name(b), b.arg[0], "buffer", b.dtype, b in written, None, None) for b in bufs] +
+  return tuple([KernelParam(param_name(b), _slot(b), "buffer", b.dtype, b in written, None, None) for b in bufs] +
                [KernelParam(v.arg[0], len(bufs) + i, "var", v.dtype, False, v.arg[1], v.arg[2]) for i, v in enumerate(dvars)])
 
 
@@ -117,6 +120,7 @@ class _Kernel:
     self.open: list[tuple[str, UOp, int]] = []  # ("range" | "if", uop, number), innermost last
     self.loop_names: dict[int, str] = {}  # loop number -> its counter's name
     self.ranges = 0
+    self.buffer_names: set[str] = set()
 
   # ---- emission helpers ---------------------------------------------------------------------------
   def fail(self, u: UOp, message: str) -> CompileError:
@@ -187,7 +191,7 @@ class _Kernel:
   def typed(self, u: UOp) -> str: return f"{reg_type(u.dtype)} {self.val(u)}"
 
   # ---- sources ------------------------------------------------------------------------------------
-  def param(self, u: UOp) -> str: return f"%{_llvm_name(u.arg[1])}"
+  def param(self, u: UOp) -> str: return f"%{_llvm_name(param_name(u))}"
 
   def define_var(self, u: UOp) -> str:
     arg = f"%{_llvm_name(u.arg[0])}"
@@ -197,16 +201,19 @@ class _Kernel:
 
   def buffer(self, u: UOp) -> str:
     dt: PtrDType = u.dtype
-    if dt.size < 0: raise self.fail(u, f"BUFFER {u.arg[1]!r} needs a known size to be allocated")
+    if dt.size < 0: raise self.fail(u, f"BUFFER {param_name(u)!r} needs a known size to be allocated")
     array = f"[{dt.size} x {mem_type(dt.base)}]"
+    name = param_name(u)
+    if name in self.buffer_names: name = f"{name}.{_slot(u)}"  # two BUFFERs may share a program name
+    self.buffer_names.add(name)
     if self.amdgpu and dt.addrspace is AddrSpace.LOCAL:
-      glob = f"@{_llvm_name(f'{self.name}.{u.arg[1]}')}"
+      glob = f"@{_llvm_name(f'{self.name}.{name}')}"
       self.globals.append(f"{glob} = internal addrspace(3) global {array} poison, align 16")
       return glob
-    name = f"%{_llvm_name(str(u.arg[1]))}.buf"
+    alloca = f"%{_llvm_name(f'{name}.buf')}"
     space = ", addrspace(5)" if self.amdgpu else ""
-    self.allocas.append(f"  {name} = alloca {array}, align 16{space}")
-    return name
+    self.allocas.append(f"  {alloca} = alloca {array}, align 16{space}")
+    return alloca
 
   # ---- loops and threads ---------------------------------------------------------------------------
   def open_loop(self, bound: str, name: str) -> int:
