@@ -1,0 +1,318 @@
+"""Hypothesis strategies for random, valid tensor programs (`func` entries) with their expected results.
+
+`programs()` draws a `Program`: the `.uop` text of one `func` entry (movement ops, elementwise ops,
+reductions, casts, WHERE and gated STOREs over a few small tensors) and, computed alongside with
+numpy alone, the inputs and the exact values every output must hold. Nothing here imports the
+compiler: the expectations follow SPEC-NOTES (wrapping integers, truncating IDIV, MOD with the
+dividend's sign, float16/bfloat16 computed in float32 and rounded once, REDUCE accumulating in the
+element dtype in row-major order of the reduced axes).
+
+Programs never hit undefined behaviour: the generator knows every intermediate value, so it only
+casts floats to integers that fit, and makes divisors nonzero (OR 1) and shift amounts in range
+(AND bits-1) where the drawn values would not be.
+"""
+from __future__ import annotations
+
+import itertools
+from dataclasses import dataclass, field
+from math import prod
+
+import numpy as np
+from hypothesis import strategies as st
+from ml_dtypes import bfloat16
+
+NP = {"bool": np.bool_, "i8": np.int8, "u8": np.uint8, "i32": np.int32, "u32": np.uint32, "i64": np.int64,
+      "f16": np.float16, "bf16": bfloat16, "f32": np.float32, "f64": np.float64}
+LONG = {"bool": "bool", "i8": "int8", "u8": "uint8", "i32": "int32", "u32": "uint32", "i64": "int64",
+        "f16": "float16", "bf16": "bfloat16", "f32": "float32", "f64": "float64"}
+FLOATS = ("f16", "bf16", "f32", "f64")
+INTS = ("i8", "u8", "i32", "u32", "i64")
+DATA = FLOATS + INTS
+MAX_ELEMENTS = 48
+
+
+def is_float(dt: str) -> bool: return dt in FLOATS
+
+
+def bits(dt: str) -> int: return np.dtype(NP[dt]).itemsize * 8
+
+
+# ---- numpy semantics of SPEC-NOTES (independent of uopc) ---------------------------------------------
+def round_bf16(x: np.ndarray) -> np.ndarray:
+  """float64 -> bfloat16 rounded once to nearest even: scale to 8 significant bits and np.round
+  (half to even); ml_dtypes' own cast goes through float32 and can round twice."""
+  x = np.asarray(x, np.float64)
+  with np.errstate(all="ignore"):
+    _, e = np.frexp(x)
+    scale = np.ldexp(1.0, np.maximum(e - 8, -133))  # -133: the spacing of bfloat16's subnormals
+    r = np.where(np.isfinite(x), np.round(x / scale) * scale, x)
+    r = np.where(np.abs(r) > 3.3895313892515355e38, np.copysign(np.inf, x), r)
+  return r.astype(np.float32).astype(bfloat16)
+
+
+def to_float(x: np.ndarray, dt: str) -> np.ndarray:
+  """Any values to float dtype `dt` with one rounding (through float64, which holds them exactly
+  unless they are 64-bit integers, where C converts through double too)."""
+  if dt == "bf16": return round_bf16(x.astype(np.float64))
+  if dt in ("f16", "f64"): return x.astype(np.float64).astype(NP[dt])
+  return x.astype(np.float32)
+
+
+def arith(x: np.ndarray, dt: str) -> np.ndarray:
+  return x.astype(np.float32) if dt in ("f16", "bf16") else x
+
+
+def trunc_divmod(a: np.ndarray, b: np.ndarray, dt: str) -> tuple[np.ndarray, np.ndarray]:
+  """C's / and % on Python integers (exact), wrapped back into `dt`."""
+  q = [abs(int(x)) // abs(int(y)) * (1 if (x < 0) == (y < 0) else -1) for x, y in zip(a.ravel(), b.ravel())]
+  r = [int(x) - qq * int(y) for qq, x, y in zip(q, a.ravel(), b.ravel())]
+  def wrap(v): return np.array([((z + 2**63) % 2**64) - 2**63 for z in v], np.int64).astype(NP[dt]).reshape(a.shape)
+  return wrap(q), wrap(r)
+
+
+def binary(op: str, dt: str, a: np.ndarray, b: np.ndarray) -> np.ndarray:
+  with np.errstate(all="ignore"):
+    if op == "CMPLT": return arith(a, dt) < arith(b, dt)
+    if op == "CMPNE": return arith(a, dt) != arith(b, dt)
+    if dt == "bool": return {"ADD": np.logical_or, "MAX": np.logical_or, "OR": np.logical_or, "MUL": np.logical_and,
+                             "AND": np.logical_and, "XOR": np.logical_xor}[op](a, b)
+    if is_float(dt):
+      fn = {"ADD": np.add, "SUB": np.subtract, "MUL": np.multiply, "MAX": np.maximum}[op]
+      return to_float(fn(arith(a, dt), arith(b, dt)), dt)
+    if op in ("IDIV", "MOD"): return trunc_divmod(a, b, dt)[op == "MOD"]
+    fn = {"ADD": np.add, "SUB": np.subtract, "MUL": np.multiply, "MAX": np.maximum, "AND": np.bitwise_and,
+          "OR": np.bitwise_or, "XOR": np.bitwise_xor, "SHL": np.left_shift, "SHR": np.right_shift}[op]
+    return fn(a, b.astype(a.dtype)).astype(NP[dt])
+
+
+def unary(op: str, dt: str, x: np.ndarray) -> np.ndarray:
+  with np.errstate(all="ignore"):
+    if op == "NEG": return to_float(-arith(x, dt), dt) if is_float(dt) else np.negative(x).astype(NP[dt])
+    if op == "RECIP": return to_float(np.float32(1) / arith(x, dt) if dt != "f64" else 1.0 / x, dt)
+    return to_float(np.trunc(arith(x, dt)), dt)  # TRUNC
+
+
+def cast(x: np.ndarray, src: str, dst: str) -> np.ndarray:
+  if dst == "bool": return arith(x, src) != 0
+  if is_float(dst): return to_float(x.astype(np.float64) if src == "bf16" else x, dst)
+  if is_float(src): return np.trunc(x.astype(np.float64)).astype(NP[dst])
+  return x.astype(NP[dst])
+
+
+def reduce(op: str, dt: str, x: np.ndarray, axes: tuple[int, ...]) -> np.ndarray:
+  """Accumulate in `dt`, one element at a time, in row-major order of the reduced axes."""
+  keep = [i for i in range(x.ndim) if i not in axes]
+  moved = np.transpose(x, keep + list(axes)).reshape([x.shape[i] for i in keep] + [-1])
+  init = {"ADD": 0, "MUL": 1}.get(op)
+  if init is None: init = -np.inf if is_float(dt) else np.iinfo(NP[dt]).min
+  acc = np.full(moved.shape[:-1], init, NP[dt]) if dt != "bf16" else np.full(moved.shape[:-1], init, np.float32).astype(bfloat16)
+  for k in range(moved.shape[-1]): acc = binary(op, dt, acc, moved[..., k])
+  return acc.reshape([1 if i in axes else d for i, d in enumerate(x.shape)])
+
+
+# ---- programs ------------------------------------------------------------------------------------------
+@dataclass
+class Value:
+  name: str
+  dt: str
+  value: np.ndarray
+
+  @property
+  def shape(self) -> tuple[int, ...]: return self.value.shape
+
+
+@dataclass
+class Program:
+  name: str
+  lines: list[str] = field(default_factory=list)
+  inputs: dict[str, np.ndarray] = field(default_factory=dict)    # PARAM name -> its contents
+  outputs: dict[str, np.ndarray] = field(default_factory=dict)   # PARAM name -> the expected contents after the run
+  out_init: dict[str, np.ndarray] = field(default_factory=dict)  # PARAM name -> contents before the run
+
+  def text(self) -> str: return f"func {self.name} {{\n" + "".join(f"  {l}\n" for l in self.lines) + "}\n"
+
+
+def _dims(shape) -> str: return "[" + ", ".join(map(str, shape)) + "]"
+
+
+def _literal(v, dt: str) -> str:
+  return repr(float(v)) if is_float(dt) else str(int(v))
+
+
+class _Builder:
+  def __init__(self, draw, name: str, rng: np.random.Generator):
+    self.draw, self.rng, self.prog = draw, rng, Program(name)
+    self.values: list[Value] = []
+    self.slot = itertools.count()
+    self.tmp = itertools.count()
+
+  def emit(self, text: str, dt: str, value: np.ndarray) -> Value:
+    v = Value(f"%v{next(self.tmp)}", dt, np.asarray(value))
+    self.prog.lines.append(f"{v.name} = {text}")
+    self.values.append(v)
+    return v
+
+  # ---- leaves ----
+  def random_array(self, dt: str, shape) -> np.ndarray:
+    if dt == "bool": return np.asarray(self.rng.random(shape) < 0.5)
+    if is_float(dt): return np.asarray(to_float(self.rng.integers(-16, 17, shape) / 4, dt))  # quarters: exact in every float dtype
+    lo = 0 if dt.startswith("u") else -20
+    return np.asarray(self.rng.integers(lo, 21, shape)).astype(NP[dt])
+
+  def param(self, dt: str, shape) -> Value:
+    name = f"in{len(self.prog.inputs)}"
+    data = self.random_array(dt, shape)
+    self.prog.inputs[name] = data
+    v = Value(f"%{name}", dt, data)
+    self.prog.lines.append(f"%{name} = PARAM({_dims(shape)}) {{({next(self.slot)}, \"{name}\")}} : {dt}")
+    self.values.append(v)
+    return v
+
+  # ---- drawing helpers ----
+  def pick(self, pred=lambda v: True) -> Value | None:
+    cands = [v for v in self.values if pred(v)]
+    return self.draw(st.sampled_from(cands)) if cands else None
+
+  def partner(self, a: Value) -> Value:
+    """A second operand for `a`: another value of its dtype and shape, a cast of one of its shape, or a new input."""
+    same = self.pick(lambda v: v.dt == a.dt and v.shape == a.shape)
+    choice = self.draw(st.integers(0, 2))
+    if choice == 0 and same is not None: return same
+    other = self.pick(lambda v: v.shape == a.shape and v.dt != a.dt)
+    if choice == 1 and other is not None and self.castable(other, a.dt): return self.cast(other, a.dt)
+    return self.param(a.dt, a.shape)
+
+  def castable(self, v: Value, dst: str) -> bool:
+    if not is_float(v.dt) or is_float(dst) or dst == "bool": return True
+    x = v.value.astype(np.float64)
+    info = np.iinfo(NP[dst])
+    return bool(np.all(np.isfinite(x)) and np.all(np.trunc(x) >= info.min) and np.all(np.trunc(x) <= info.max))
+
+  # ---- ops ----
+  def cast(self, v: Value, dst: str) -> Value:
+    return self.emit(f"CAST({v.name}) : {dst}", dst, cast(v.value, v.dt, dst))
+
+  def op_cast(self) -> None:
+    v = self.pick()
+    dst = self.draw(st.sampled_from(DATA + ("bool",)))
+    if dst != v.dt and self.castable(v, dst): self.cast(v, dst)
+
+  def op_unary(self) -> None:
+    v = self.pick(lambda v: v.dt != "bool")
+    if v is None: return
+    op = self.draw(st.sampled_from(("NEG", "RECIP", "TRUNC") if is_float(v.dt) else ("NEG",)))
+    self.emit(f"{op}({v.name})", v.dt, unary(op, v.dt, v.value))
+
+  def op_binary(self) -> None:
+    a = self.pick()
+    if a.dt == "bool": ops = ("AND", "OR", "XOR", "CMPNE")
+    elif is_float(a.dt): ops = ("ADD", "SUB", "MUL", "MAX", "CMPLT", "CMPNE")
+    else: ops = ("ADD", "SUB", "MUL", "MAX", "CMPLT", "CMPNE", "AND", "OR", "XOR", "IDIV", "MOD", "SHL", "SHR")
+    op = self.draw(st.sampled_from(ops))
+    if a.dt != "bool" and self.draw(st.booleans()):  # a scalar literal operand
+      c = self.draw(st.integers(1, 7) if op in ("IDIV", "MOD", "SHL", "SHR") or a.dt.startswith("u") else st.integers(-4, 4))
+      lit = np.array(c, NP[a.dt]) if not is_float(a.dt) else to_float(np.array(c / 2), a.dt)
+      b_text, b_val = _literal(lit, a.dt), np.broadcast_to(lit, a.shape)
+    else:
+      b = self.partner(a)
+      if op in ("IDIV", "MOD") and np.any(b.value == 0): b = self.emit(f"OR({b.name}, 1)", b.dt, b.value | NP[b.dt](1))
+      if op in ("SHL", "SHR") and np.any((b.value < 0) | (b.value >= bits(b.dt))):
+        b = self.emit(f"AND({b.name}, {bits(b.dt) - 1})", b.dt, b.value & NP[b.dt](bits(b.dt) - 1))
+      b_text, b_val = b.name, b.value
+    out_dt = "bool" if op in ("CMPLT", "CMPNE") else a.dt
+    self.emit(f"{op}({a.name}, {b_text})", out_dt, binary(op, a.dt, a.value, b_val))
+
+  def op_where(self) -> None:
+    c = self.pick(lambda v: v.dt == "bool")
+    if c is None: return
+    a = self.pick(lambda v: v.shape == c.shape and v.dt != "bool") or self.param(self.draw(st.sampled_from(DATA)), c.shape)
+    b = self.partner(a)
+    self.emit(f"WHERE({c.name}, {a.name}, {b.name})", a.dt, np.where(c.value, a.value, b.value))
+
+  def op_movement(self) -> None:
+    v = self.pick()
+    kind = self.draw(st.sampled_from(("RESHAPE", "PERMUTE", "FLIP", "EXPAND", "PAD", "SHRINK")))
+    getattr(self, f"move_{kind.lower()}")(v)
+
+  def move_reshape(self, v: Value) -> None:
+    n, dims = v.value.size, []
+    while n > 1 and len(dims) < 3:
+      d = self.draw(st.sampled_from([f for f in range(1, n + 1) if n % f == 0]))
+      dims.append(d)
+      n //= d
+    shape = tuple(dims + ([n] if n > 1 or not dims else []))
+    if self.draw(st.booleans()): shape = shape + (1,)
+    self.emit(f"RESHAPE({v.name}, {_dims(shape)})", v.dt, v.value.reshape(shape))
+
+  def move_permute(self, v: Value) -> None:
+    if v.value.ndim < 2: return
+    order = tuple(self.draw(st.permutations(range(v.value.ndim))))
+    self.emit(f"PERMUTE({v.name}) {{({', '.join(map(str, order))})}}", v.dt, np.transpose(v.value, order))
+
+  def move_flip(self, v: Value) -> None:
+    if v.value.ndim == 0: return
+    flags = tuple(self.draw(st.lists(st.booleans(), min_size=v.value.ndim, max_size=v.value.ndim)))
+    axes = tuple(i for i, f in enumerate(flags) if f)
+    text = "(" + ", ".join(map(str, flags)) + ("," if len(flags) == 1 else "") + ")"
+    self.emit(f"FLIP({v.name}) {{{text}}}", v.dt, np.flip(v.value, axes) if axes else v.value)
+
+  def move_expand(self, v: Value) -> None:
+    ones = [i for i, d in enumerate(v.shape) if d == 1]
+    if not ones: return
+    shape = tuple(self.draw(st.integers(1, 4)) if i in ones else d for i, d in enumerate(v.shape))
+    if prod(shape) > MAX_ELEMENTS: return
+    self.emit(f"EXPAND({v.name}, {_dims(shape)})", v.dt, np.broadcast_to(v.value, shape).copy())
+
+  def move_pad(self, v: Value) -> None:
+    if v.value.ndim == 0: return
+    before = [self.draw(st.integers(0, 2)) for _ in v.shape]
+    shape = tuple(d + b + self.draw(st.integers(0, 2)) for d, b in zip(v.shape, before))
+    if prod(shape) > MAX_ELEMENTS: return
+    out = np.zeros(shape, v.value.dtype)
+    out[tuple(slice(b, b + d) for b, d in zip(before, v.shape))] = v.value
+    self.emit(f"PAD({v.name}, {_dims(before)}, {_dims(shape)})", v.dt, out)
+
+  def move_shrink(self, v: Value) -> None:
+    if v.value.ndim == 0: return
+    start = [self.draw(st.integers(0, d - 1)) for d in v.shape]
+    size = [self.draw(st.integers(1, d - s)) for d, s in zip(v.shape, start)]
+    self.emit(f"SHRINK({v.name}, {_dims(start)}, {_dims(size)})", v.dt,
+              v.value[tuple(slice(s, s + n) for s, n in zip(start, size))].copy())
+
+  def op_reduce(self) -> None:
+    v = self.pick(lambda v: v.value.ndim > 0 and v.dt != "bool")
+    if v is None: return
+    op = self.draw(st.sampled_from(("ADD", "MAX", "MUL")))
+    axes = tuple(sorted(self.draw(st.sets(st.integers(0, v.value.ndim - 1), min_size=1))))
+    text = "(" + ", ".join(map(str, axes)) + ("," if len(axes) == 1 else "") + ")"
+    self.emit(f"REDUCE({v.name}) {{({op}, {text})}}", v.dt, reduce(op, v.dt, v.value, axes))
+
+  # ---- outputs ----
+  def store(self, v: Value, gated: bool) -> str:
+    name = f"out{len(self.prog.outputs)}"
+    self.prog.lines.append(f"%{name} = PARAM({_dims(v.shape)}) {{({next(self.slot)}, \"{name}\")}} : {v.dt}")
+    before = self.random_array(v.dt, v.shape)
+    gate = self.pick(lambda g: g.dt == "bool" and g.shape == v.shape) if gated else None
+    after = np.where(gate.value, v.value, before) if gate is not None else v.value
+    self.prog.out_init[name], self.prog.outputs[name] = before, np.asarray(after, before.dtype)
+    st_name = f"%st{len(self.prog.outputs)}"
+    self.prog.lines.append(f"{st_name} = STORE(%{name}, {v.name}{', ' + gate.name if gate is not None else ''})")
+    return st_name
+
+
+OPS = ("op_binary", "op_binary", "op_unary", "op_cast", "op_where", "op_movement", "op_movement", "op_reduce")
+
+
+@st.composite
+def programs(draw, name: str = "p", max_ops: int = 10) -> Program:
+  """One random tensor program with its inputs and expected outputs (see the module docstring)."""
+  rng = np.random.default_rng(draw(st.integers(0, 2**32 - 1)))
+  b = _Builder(draw, name, rng)
+  shape = tuple(draw(st.lists(st.integers(1, 4), min_size=0, max_size=3)))
+  b.param(draw(st.sampled_from(DATA)), shape)
+  for _ in range(draw(st.integers(3, max_ops))): getattr(b, draw(st.sampled_from(OPS)))()
+  root = b.values[-1] if b.values[-1].name.startswith("%v") else b.cast(b.values[-1], "bool")  # store a computed value
+  extra = b.pick(lambda v: v.name.startswith("%v") and v is not root) if draw(st.booleans()) else None
+  stores = [b.store(v, draw(st.booleans())) for v in (root, extra) if v is not None]
+  b.prog.lines.append(f"SINK({', '.join(stores)})")
+  return b.prog
