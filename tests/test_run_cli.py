@@ -41,7 +41,7 @@ def test_saxpy_with_bare_pointers_and_a_size(tmp_path, target, emulate):
   res = uopc("run", SAXPY, "-t", target, *(["--emulate"] if emulate else []), "--input", save(tmp_path, "x", x),
              "--input", save(tmp_path, "y", y), "--input", save(tmp_path, "out", np.zeros(6, np.float32)), "--var", "n=4")
   assert res.exit_code == 0, res.output
-  assert res.output == "out: float32[6]\n[ 0.25  2.75  5.25  7.75  0.    0.  ]\n"  # 2.5 * x + y for the first n = 4
+  assert res.output == "out: float32[6]\n[0.25 2.75 5.25 7.75 0.   0.  ]\n"  # 2.5 * x + y for the first n = 4
 
 
 def test_printed_output_names_the_buffer_dtype_and_shape():
