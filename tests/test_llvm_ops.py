@@ -2,9 +2,9 @@
 same kernels, inputs and numpy / ml_dtypes / hand-computed expectations) rendered to LLVM IR, compiled
 by llvmlite for the host, linked with the C launcher into one library and run through ctypes.
 
-One deliberate difference: seed 000 defines CMPGE as CMPNE(CMPLT(a, b), 1) and CMPLE as
-CMPNE(CMPLT(b, a), 1), which are true when an operand is NaN; the C table expects numpy's >= and <=
-(false on NaN). The float cases of those two are checked here against the seed's definition.
+Seed 000 defines CMPGE as CMPNE(CMPLT(a, b), 1) and CMPLE as CMPNE(CMPLT(b, a), 1), which are true
+when an operand is NaN (unlike numpy's >= and <=); `seed_comparisons` derives the expectation of
+their float cases from that definition, whatever the table says (the GPU targets' tests use it too).
 """
 from __future__ import annotations
 
