@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from uopc.diagnostics import CompileError
+from uopc.diagnostics import CompileError, Loc
 from uopc.frontend import parse_source
 from uopc.stages.linearize import linearize
 from uopc.targets.llvm.compile import emit_object, parse_and_verify
@@ -335,4 +335,31 @@ kernel twice {
   filecheck(rendered(text), """
 CHECK-DAG: %acc.buf = alloca [1 x float]
 CHECK-DAG: %acc.2.buf = alloca [2 x float]
+""")
+
+
+@pytest.mark.parametrize("target", ["host", "amdgcn"])
+def test_ops_it_cannot_render_are_located_errors(target):
+  from uopc.dtype import dtypes
+  from uopc.ops import Ops
+  from uopc.uop import UOp
+  out = UOp(Ops.PARAM, dtypes.float32.ptr(), (), (0, "out"))
+  custom = UOp(Ops.CUSTOM, dtypes.float32, (), "sinf(1)")
+  store = UOp(Ops.STORE, dtypes.void, (UOp(Ops.INDEX, out.dtype, (out, UOp.const(dtypes.index, 0))), custom))
+  where = Loc("prog.uop", 7, 3)
+  with pytest.raises(CompileError, match="CUSTOM injects source text") as info:
+    render_kernel(linearize(UOp(Ops.SINK, dtypes.void, (store,))), "k", target, None, lambda u: where if u is custom else None)
+  assert info.value.diagnostics[0].loc == where
+
+
+def test_print_after_render_shows_the_llvm_ir(tmp_path):
+  from click.testing import CliRunner
+  from uopc.cli import cli
+  result = CliRunner().invoke(cli, ["build", str(ROOT / "samples" / "seed002_add2.uop"), "-t", "llvm", "-o", str(tmp_path),
+                                    "--print-after", "render"])
+  assert result.exit_code == 0, result.output
+  filecheck(result.output, """
+CHECK: # *** IR after render: seed002_add2__seed002_add2_k0 ***
+CHECK: define hidden void @seed002_add2__seed002_add2_k0(ptr noalias %data0, ptr noalias readonly %data1, ptr noalias readonly %data2)
+CHECK: %lidx0 = phi i64
 """)

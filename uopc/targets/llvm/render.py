@@ -59,6 +59,9 @@ _COMPARE = {Ops.CMPLT: ("slt", "ult", "olt"), Ops.CMPNE: ("ne", "ne", "une"), Op
 # ops whose bfloat16 result must be rounded: the rest (MAX, NEG, TRUNC, WHERE, ...) give representable values
 _ROUNDING = frozenset({Ops.ADD, Ops.SUB, Ops.MUL, Ops.DIV, Ops.RECIP, Ops.EXP2, Ops.LOG2, Ops.SIN, Ops.SQRT, Ops.POW})
 _STRUCTURE = frozenset({Ops.GROUP, Ops.SINK, Ops.NOOP})
+_REFUSALS = {Ops.CUSTOM: "CUSTOM injects source text of a C-like target: the LLVM targets cannot take it",
+             Ops.CUSTOMI: "CUSTOMI injects source text of a C-like target: the LLVM targets cannot take it",
+             Ops.WMMA: "WMMA (tensor cores) is not supported by the LLVM renderer yet"}
 
 THREEFRY_ROTATIONS = ((13, 15, 26, 6), (17, 29, 16, 24))
 
@@ -178,7 +181,7 @@ class _Kernel:
     handler = _HANDLERS.get(u.op)
     if handler is None:
       if u.op in _ALU_OPS: handler = _Kernel.alu
-      else: raise self.fail(u, f"the LLVM renderer cannot render {u.op.name} (it should be lowered before rendering)")
+      else: raise self.fail(u, _REFUSALS.get(u.op, f"the LLVM renderer cannot render {u.op.name} (it should be lowered before rendering)"))
     out = handler(self, u)
     if out is not None: self.ref[u] = out
 
