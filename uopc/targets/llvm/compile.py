@@ -56,7 +56,7 @@ def optimise(module, tm, level: int = 3) -> None:
 
 def compile_module(text: str, target: str = "host", arch: str | None = None, level: int = 3):
   """Parse, verify and optimise `text`; returns (module, target machine)."""
-  tm = target_machine(target, arch)
+  tm = target_machine(target, arch, level)
   module = parse_and_verify(text)
   optimise(module, tm, level)
   return module, tm
