@@ -86,6 +86,14 @@ kernel tiles {
   %po = INDEX(%out, %i)
   STORE(%po, %v)
 }
+kernel rows {
+  %out = PARAM {(0, "out")} : ptr<i32>
+  %n = DEFINE_VAR {("n", 0, 4096)}
+  %l = SPECIAL(%n) {"lidx0"} : index
+  %c = CAST(%l) : i32
+  %po = INDEX(%out, %l)
+  STORE(%po, %c)
+}
 kernel flat {
   %out = PARAM {(0, "out")} : ptr<i32>
   %n = DEFINE_VAR {("n", 1, 100000)}
@@ -231,3 +239,17 @@ def test_intermediate_buffers_live_in_a_workspace_allocated_on_the_stream(stub, 
   # the last launch's arguments: the caller's buffers, and the intermediate at its offset in the workspace
   expected = [memory + offsets[p.slot] if p.slot in offsets else bufs[p.slot].ctypes.data for p in last.params]
   assert [a & (2**64 - 1) for a in recorded(stub, "stub_args", len(last.params))] == expected
+
+
+def test_run_time_workgroup_sizes_are_checked_before_launching(launched):
+  """lidx0's bound is a DEFINE_VAR: the block is n work-items, none when n is 0, refused past 1024."""
+  lib, stub = launched
+  out = np.zeros(4096, np.int32)
+  fn = entry(lib, stub, "tiles_rows", 3)
+  fn.argtypes = [ctypes.c_void_p, ctypes.c_int64, ctypes.c_void_p]
+  assert fn(out.ctypes.data, 100, None) == 0
+  assert recorded(stub, "stub_grid", 3) == [1, 1, 1] and recorded(stub, "stub_block", 3) == [100, 1, 1]
+  before = counter(stub, "stub_launches")
+  assert fn(out.ctypes.data, 0, None) == 0 and counter(stub, "stub_launches") == before
+  assert fn(out.ctypes.data, 2048, None) == 102  # UOPC_HIP_ERR_LAUNCH_SIZE
+  assert counter(stub, "stub_launches") == before

@@ -15,7 +15,7 @@ taking device memory of that size; the plain entry allocates it on the stream (`
 
 Return codes: the C target's `uopc_status` for argument checks, and
 `UOPC_HIP_ERR_NO_RUNTIME` (libamdhip64.so or a symbol missing), `UOPC_HIP_ERR_NO_CODE_OBJECT` (no
-embedded arch runs on the device), `UOPC_HIP_ERR_LAUNCH_SIZE` (a grid dimension out of range), or
+embedded arch runs on the device), `UOPC_HIP_ERR_LAUNCH_SIZE` (a grid or workgroup size out of range), or
 `UOPC_HIP_ERR_RUNTIME + e` for a HIP error e; `PREFIX_strerror(code)` describes each, through
 `hipGetErrorString` for runtime errors.
 """
@@ -27,12 +27,12 @@ from uopc.diagnostics import CompileError, error
 from uopc.launcher import (EntryArg, EntryKernels, _abi_types, _c_param, _c_string, _checks, _metadata, c_identifier,
                            entry_args)
 from uopc.ops import Ops
-from uopc.targets.amd.geometry import Geometry
+from uopc.targets.amd.geometry import MAX_WORKGROUP, Geometry
 from uopc.uop import UOp
 
 HIP_STATUS = (("UOPC_HIP_ERR_NO_RUNTIME", 100, "libamdhip64.so (the HIP runtime) or a function it needs was not found"),
               ("UOPC_HIP_ERR_NO_CODE_OBJECT", 101, "none of the library's code objects runs on this GPU"),
-              ("UOPC_HIP_ERR_LAUNCH_SIZE", 102, "a grid dimension is outside what a HIP launch accepts"),
+              ("UOPC_HIP_ERR_LAUNCH_SIZE", 102, "a grid or workgroup size is outside what a HIP launch accepts"),
               ("UOPC_HIP_ERR_RUNTIME", 1000, "the HIP runtime reported an error"))
 MAX_DEVICES = 64
 
@@ -203,8 +203,8 @@ static int {prefix}__functions_of_device(hipFunction_t** out) {{
 
 static int {prefix}__launch(hipFunction_t fn, const int64_t grid[3], const int64_t block[3], hipStream_t stream, void** args) {{
   for (int d = 0; d < 3; d++) {{
-    if (grid[d] == 0) return UOPC_OK;  /* nothing to run */
-    if (grid[d] < 0 || grid[d] > INT64_C(2147483647)) return UOPC_HIP_ERR_LAUNCH_SIZE;
+    if (grid[d] == 0 || block[d] == 0) return UOPC_OK;  /* nothing to run */
+    if (grid[d] < 0 || grid[d] > INT64_C(2147483647) || block[d] < 0 || block[d] > {MAX_WORKGROUP}) return UOPC_HIP_ERR_LAUNCH_SIZE;
   }}
   hipError_t err = {prefix}__hip.ModuleLaunchKernel(fn, (unsigned)grid[0], (unsigned)grid[1], (unsigned)grid[2],
     (unsigned)block[0], (unsigned)block[1], (unsigned)block[2], 0, stream, args, NULL);
