@@ -204,3 +204,19 @@ def test_every_per_op_case_renders_for_amdgpu():
   assert len(spread) > 80
   asm, obj = code_object(spread, "gfx90a", "spread")
   assert all(f"{k.name}:" in asm for k in spread) and obj.startswith(b"\x7fELF")
+
+
+def test_without_a_linker_the_build_says_so_and_still_writes_isa_and_objects(tmp_path, monkeypatch, capsys):
+  from uopc.diagnostics import CompileError
+  from uopc.driver import BuildOptions, build
+  from uopc.targets.amd import codeobj
+  monkeypatch.setattr(codeobj, "find_linker", lambda env=None: None)
+  sample = ROOT / "samples" / "seed002_add2.uop"
+  with pytest.raises(CompileError, match="ld.lld not found: cannot link hsaco.gfx1100") as info:
+    build(sample, BuildOptions(target="amd", out_dir=tmp_path / "all"))
+  assert "--emit asm.gfx1100,object.gfx1100" in info.value.diagnostics[0].notes[0]
+  assert not (tmp_path / "all").exists() or not any((tmp_path / "all").iterdir())
+  kinds = ("asm.gfx90a", "object.gfx90a", "header")
+  build(sample, BuildOptions(target="amd", out_dir=tmp_path / "some", emit=kinds, archs=("gfx90a",)))
+  assert sorted(p.name for p in (tmp_path / "some").iterdir()) == ["seed002_add2.gfx90a.o", "seed002_add2.gfx90a.s", "seed002_add2.h"]
+  assert "ld.lld not found" in capsys.readouterr().err

@@ -31,9 +31,21 @@ def _check_request(req: BuildRequest) -> None:
                               "name its arch with --arch, or pick the artifacts of the built archs with --emit")])
 
 
+def _check_linker(req: BuildRequest) -> None:
+  """Without ld.lld there are no code objects, hence no launcher: say so before building anything."""
+  from uopc.targets.amd.codeobj import find_linker
+  needs_link = [k for k in req.emit if k.startswith("hsaco.") or k in ("source", "so")]
+  if needs_link and find_linker(req.env) is None:
+    raise CompileError([error(None, f"ld.lld not found: cannot link {', '.join(needs_link)} (install lld, e.g. Debian's "
+                                    "lld-19, or set LD_LLD)",
+                              "without a linker, --emit " + ",".join(f"asm.{a},object.{a}" for a in req.archs) +
+                              ",header writes the AMD ISA and objects")])
+
+
 def build(req: BuildRequest) -> dict[str, Path]:
   from uopc.targets.amd.build import build_artifacts
   _check_request(req)
+  _check_linker(req)
   return build_artifacts(req.out_dir, req.name, req.entries, req.archs, req.opt_level, req.env)
 
 
