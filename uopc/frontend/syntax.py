@@ -12,6 +12,7 @@ import importlib.resources
 import math
 from dataclasses import dataclass
 from functools import lru_cache
+from pathlib import Path
 from typing import Any
 
 import lark
@@ -201,9 +202,18 @@ class _Records(lark.Transformer):
 _RECORDS = _Records()
 
 
+def _grammar_text() -> str:
+  """The grammar ships in the wheel as uopc.grammar; run straight from a source checkout (no install),
+  it is the repository's grammar/ folder."""
+  try:
+    return (importlib.resources.files("uopc.grammar") / "uop.lark").read_text()
+  except ModuleNotFoundError:
+    return (Path(__file__).resolve().parents[2] / "grammar" / "uop.lark").read_text()
+
+
 @lru_cache(maxsize=None)
 def _parser() -> lark.Lark:
-  text = (importlib.resources.files("uopc.grammar") / "uop.lark").read_text()
+  text = _grammar_text()
   return lark.Lark(text, parser="lalr", lexer="contextual", transformer=_RECORDS, start=["start", "single_line"],
                    maybe_placeholders=True)
 
