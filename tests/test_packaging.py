@@ -1,6 +1,7 @@
 """A plain (non-editable) `pip install .` must give a working uopc: the grammar ships in the wheel
 and every package under uopc/ is listed in pyproject.toml."""
 import os
+import shutil
 import subprocess
 import sys
 import tomllib
@@ -20,8 +21,10 @@ def test_every_package_is_listed():
 
 @pytest.fixture(scope="module")
 def wheel(tmp_path_factory) -> Path:
-  out = tmp_path_factory.mktemp("wheel")
-  subprocess.run([sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation", "-q", "-w", str(out), str(ROOT)],
+  # build from a copy: setuptools writes build/ into the source tree, which parallel runs would share
+  src, out = tmp_path_factory.mktemp("src") / "uopc", tmp_path_factory.mktemp("wheel")
+  shutil.copytree(ROOT, src, ignore=shutil.ignore_patterns(".git", ".venv", ".whl", "build", "*.egg-info", "__pycache__", ".*cache*"))
+  subprocess.run([sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation", "-q", "-w", str(out), str(src)],
                  check=True, capture_output=True)
   return next(out.glob("uopc-*.whl"))
 
