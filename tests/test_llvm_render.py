@@ -147,8 +147,8 @@ def test_host_threads_are_loops_and_barrier_needs_no_threads():
   filecheck(rendered(single), """
 CHECK: define hidden void @tile_sum(ptr noalias %out, ptr noalias readonly %x) nounwind
 CHECK: %tile.buf = alloca [64 x float], align 16
-CHECK: [[LOOP:loop[0-9]+]]:
-CHECK-NEXT: %gidx0 = phi i64 [ 0, %entry ], [ %gidx0.next, %[[LATCH:latch[0-9]+]] ]
+CHECK: [[LOOP:loop.[0-9]+]]:
+CHECK-NEXT: %gidx0 = phi i64 [ 0, %entry.0 ], [ %gidx0.next, %[[LATCH:latch.[0-9]+]] ]
 CHECK-NEXT: icmp slt i64 %gidx0, 4
 CHECK-NOT: barrier
 CHECK: [[LATCH]]:
@@ -164,9 +164,9 @@ def test_host_refuses_a_barrier_between_thread_loop_iterations():
 
 def test_gated_load_reads_memory_only_when_the_gate_holds():
   filecheck(rendered(GATED), """
-CHECK: [[BEFORE:body[0-9]+]]:
+CHECK: [[BEFORE:body.[0-9]+]]:
 CHECK: [[GATE:%[a-z.0-9]+]] = icmp slt i64
-CHECK-NEXT: br i1 [[GATE]], label %[[LOAD:load[0-9]+]], label %[[DONE:loaded[0-9]+]]
+CHECK-NEXT: br i1 [[GATE]], label %[[LOAD:load.[0-9]+]], label %[[DONE:loaded.[0-9]+]]
 CHECK: [[LOAD]]:
 CHECK-NEXT: [[V:%[a-z.0-9]+]] = load float
 CHECK-NEXT: br label %[[DONE]]
@@ -183,7 +183,7 @@ CHECK: [[T:%[a-z.0-9]+]] = call i32 @llvm.amdgcn.workitem.id.x()
 CHECK: mul i64 {{.*}}, 256
 CHECK: [[IDX:%idx0[.0-9]*]] = add i64
 CHECK: [[IN:%[a-z.0-9]+]] = icmp slt i64 [[IDX]], %n
-CHECK: br i1 [[IN]], label %inside{{[0-9]+}}, label %exit
+CHECK: br i1 [[IN]], label %inside.{{[0-9]+}}, label %exit.0
 """)
 
 
@@ -362,4 +362,27 @@ def test_print_after_render_shows_the_llvm_ir(tmp_path):
 CHECK: # *** IR after render: seed002_add2__seed002_add2_k0 ***
 CHECK: define hidden void @seed002_add2__seed002_add2_k0(ptr noalias %data0, ptr noalias readonly %data1, ptr noalias readonly %data2)
 CHECK: %lidx0 = phi i64
+""")
+
+
+def test_program_names_never_clash_with_labels_or_loop_counters():
+  """Buffers named like the renderer's own names (entry, exit, loop counters) still give valid IR."""
+  text = """
+kernel clash {
+  %exit = PARAM {(0, "exit")} : ptr<i32>
+  %entry = PARAM {(1, "entry")} : ptr<i32>
+  %ridx0 = PARAM {(2, "ridx0")} : ptr<i32>
+  %r = RANGE(4) {(0, AxisType.LOOP)}
+  %pe = INDEX(%entry, %r)
+  %v = LOAD(%pe)
+  %pr = INDEX(%ridx0, %r)
+  %w = LOAD(%pr)
+  %s = ADD(%v, %w)
+  %px = INDEX(%exit, %r)
+  STORE(%px, %s)
+}
+"""
+  filecheck(rendered(text), """
+CHECK: define hidden void @clash(ptr noalias %exit, ptr noalias readonly %entry, ptr noalias readonly %ridx0)
+CHECK: %ridx0.{{[0-9]+}} = phi i64
 """)

@@ -110,20 +110,21 @@ def kernel_params(linear: UOp) -> tuple[KernelParam, ...]:
 class _Kernel:
   """The state of rendering one function: the instruction lines, the open blocks, the SSA names."""
 
-  def __init__(self, linear: UOp, name: str, target: str, arch: str | None, loc_of: Callable[[UOp], Loc | None]):
+  def __init__(self, linear: UOp, name: str, target: str, loc_of: Callable[[UOp], Loc | None]):
     if target not in TARGETS: raise ValueError(f"unknown LLVM target {target!r}; expected one of {TARGETS}")
-    self.linear, self.name, self.amdgpu, self.arch, self.loc_of = linear, name, target == "amdgcn", arch, loc_of
+    self.linear, self.name, self.amdgpu, self.loc_of = linear, name, target == "amdgcn", loc_of
     self.lines: list[str] = []
     self.allocas: list[str] = []
     self.globals: list[str] = []
     self.declares: set[str] = set()
     self.ref: dict[UOp, str] = {}
-    self.block = "entry"
+    self.block = "entry.0"
     self.counter = 0
     self.open: list[tuple[str, UOp, int]] = []  # ("range" | "if", uop, number), innermost last
     self.loop_names: dict[int, str] = {}  # loop number -> its counter's name
     self.ranges = 0
     self.buffer_names: set[str] = set()
+    self.arg_names = {p.name for p in kernel_params(linear)}  # loop counters must not take these
 
   # ---- emission helpers ---------------------------------------------------------------------------
   def fail(self, u: UOp, message: str) -> CompileError:
@@ -158,10 +159,10 @@ class _Kernel:
   def render(self) -> str:
     for u in self.linear.src: self.render_uop(u)
     if self.open: raise self.fail(self.open[-1][1], f"{self.open[-1][1].op.name} is never closed")
-    self.emit("br label %exit")
-    self.label("exit")
+    self.emit("br label %exit.0")
+    self.label("exit.0")
     self.emit("ret void")
-    return "\n".join([*self.globals, *sorted(self.declares), self.signature() + " {", "entry:", *self.allocas,
+    return "\n".join([*self.globals, *sorted(self.declares), self.signature() + " {", "entry.0:", *self.allocas,
                       *self.lines, "}"]) + "\n"
 
   def signature(self) -> str:
@@ -221,23 +222,24 @@ class _Kernel:
   # ---- loops and threads ---------------------------------------------------------------------------
   def open_loop(self, bound: str, name: str) -> int:
     k = self.number()
+    if name in self.arg_names: name = f"{name}.{k}"
     self.loop_names[k] = name
     pre = self.block
-    self.emit(f"br label %loop{k}")
-    self.label(f"loop{k}")
-    self.emit(f"%{name} = phi i64 [ 0, %{pre} ], [ %{name}.next, %latch{k} ]")
-    self.emit(f"%cond{k} = icmp slt i64 %{name}, {bound}")
-    self.emit(f"br i1 %cond{k}, label %body{k}, label %done{k}")
-    self.label(f"body{k}")
+    self.emit(f"br label %loop.{k}")
+    self.label(f"loop.{k}")
+    self.emit(f"%{name} = phi i64 [ 0, %{pre} ], [ %{name}.next, %latch.{k} ]")
+    self.emit(f"%cond.{k} = icmp slt i64 %{name}, {bound}")
+    self.emit(f"br i1 %cond.{k}, label %body.{k}, label %done.{k}")
+    self.label(f"body.{k}")
     return k
 
   def close_loop(self, k: int) -> None:
     name = self.loop_names[k]
-    self.emit(f"br label %latch{k}")
-    self.label(f"latch{k}")
+    self.emit(f"br label %latch.{k}")
+    self.label(f"latch.{k}")
     self.emit(f"%{name}.next = add i64 %{name}, 1")
-    self.emit(f"br label %loop{k}")
-    self.label(f"done{k}")
+    self.emit(f"br label %loop.{k}")
+    self.label(f"done.{k}")
 
   def index_value(self, u: UOp) -> str:
     """An index-typed source as i64 (RANGE bounds and offsets may be narrower ints)."""
@@ -248,8 +250,9 @@ class _Kernel:
   def range_(self, u: UOp) -> str:
     name = f"ridx{self.ranges}"
     self.ranges += 1
-    self.open.append(("range", u, self.open_loop(self.index_value(u.src[0]), name)))
-    return self.narrow(f"%{name}", u.dtype)
+    k = self.open_loop(self.index_value(u.src[0]), name)
+    self.open.append(("range", u, k))
+    return self.narrow(f"%{self.loop_names[k]}", u.dtype)
 
   def narrow(self, i64: str, dt: DType) -> str:
     return i64 if reg_type(dt) == "i64" else self.value(f"trunc i64 {i64} to {reg_type(dt)}")
@@ -274,8 +277,9 @@ class _Kernel:
 
   def host_special(self, u: UOp, name: str) -> str:
     """A CPU runs the threads of a SPECIAL one after another: a loop, closed by the SPECIAL's END."""
-    self.open.append(("range", u, self.open_loop(self.index_value(u.src[0]), name)))
-    return self.narrow(f"%{name}", u.dtype)
+    k = self.open_loop(self.index_value(u.src[0]), name)
+    self.open.append(("range", u, k))
+    return self.narrow(f"%{self.loop_names[k]}", u.dtype)
 
   def flat_index(self, u: UOp, name: str, axis: str) -> str:
     """idx<n> = workgroup id * workgroup size + workitem id; items past the bound return at once."""
@@ -286,22 +290,22 @@ class _Kernel:
     idx = self.value(f"add i64 {base}, {item}", name)
     inside = self.value(f"icmp slt i64 {idx}, {self.index_value(u.src[0])}")
     k = self.number()
-    self.emit(f"br i1 {inside}, label %inside{k}, label %exit")
-    self.label(f"inside{k}")
+    self.emit(f"br i1 {inside}, label %inside.{k}, label %exit.0")
+    self.label(f"inside.{k}")
     return idx
 
   def if_(self, u: UOp) -> None:
     k = self.number()
-    self.emit(f"br i1 {self.val(u.src[0])}, label %then{k}, label %endif{k}")
-    self.label(f"then{k}")
+    self.emit(f"br i1 {self.val(u.src[0])}, label %then.{k}, label %endif.{k}")
+    self.label(f"then.{k}")
     self.open.append(("if", u, k))
 
   def endif(self, u: UOp) -> None:
     if not self.open or self.open[-1][0] != "if" or self.open[-1][1] is not u.src[0]:
       raise self.fail(u, "ENDIF does not close the innermost open IF")
     k = self.open.pop()[2]
-    self.emit(f"br label %endif{k}")
-    self.label(f"endif{k}")
+    self.emit(f"br label %endif.{k}")
+    self.label(f"endif.{k}")
 
   def barrier(self, u: UOp) -> None:
     if not self.amdgpu:
@@ -339,12 +343,12 @@ class _Kernel:
     alt, gate = u.src[1], u.src[2]
     k = self.number()
     before = self.block
-    self.emit(f"br i1 {self.val(gate)}, label %load{k}, label %loaded{k}")
-    self.label(f"load{k}")
+    self.emit(f"br i1 {self.val(gate)}, label %load.{k}, label %loaded.{k}")
+    self.label(f"load.{k}")
     val = self.load_now(u.dtype, pty, ptr)
     taken = self.block
-    self.emit(f"br label %loaded{k}")
-    self.label(f"loaded{k}")
+    self.emit(f"br label %loaded.{k}")
+    self.label(f"loaded.{k}")
     return self.value(f"phi {reg_type(u.dtype)} [ {val}, %{taken} ], [ {self.val(alt)}, %{before} ]", "val")
 
   def load_now(self, dt: DType, pty: str, ptr: str) -> str:
@@ -367,11 +371,11 @@ class _Kernel:
     val = u.src[1]
     if len(u.src) == 2: return self.store_now(val, pty, ptr)
     k = self.number()
-    self.emit(f"br i1 {self.val(u.src[2])}, label %store{k}, label %stored{k}")
-    self.label(f"store{k}")
+    self.emit(f"br i1 {self.val(u.src[2])}, label %store.{k}, label %stored.{k}")
+    self.label(f"store.{k}")
     self.store_now(val, pty, ptr)
-    self.emit(f"br label %stored{k}")
-    self.label(f"stored{k}")
+    self.emit(f"br label %stored.{k}")
+    self.label(f"stored.{k}")
 
   def store_now(self, val: UOp, pty: str, ptr: str) -> None:
     bits = self.to_memory(self.val(val), val.dtype)
@@ -637,7 +641,7 @@ def render_kernel(linear: UOp, name: str, target: str = "host", arch: str | None
   if linear.op is not Ops.LINEAR: raise ValueError(f"render_kernel takes a LINEAR UOp, not {linear.op.name}")
   if target == "amdgcn" and (arch or AMD_ARCHS[0]) not in AMD_ARCHS:
     raise CompileError([error(None, f"unknown AMD arch '{arch}'", f"known: {', '.join(AMD_ARCHS)}")])
-  return RenderedKernel(name, _Kernel(linear, name, target, arch, loc_of).render(), kernel_params(linear))
+  return RenderedKernel(name, _Kernel(linear, name, target, loc_of).render(), kernel_params(linear))
 
 
 def render_module(kernels, target: str = "host", arch: str | None = None, module_id: str = "uopc") -> str:
