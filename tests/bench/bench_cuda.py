@@ -156,9 +156,9 @@ _TORCH_CACHE: dict = {}
 
 
 def _torch_tensor(torch, array: np.ndarray):
-  key = id(array)
-  if key not in _TORCH_CACHE: _TORCH_CACHE[key] = torch.from_numpy(array).cuda()
-  return _TORCH_CACHE[key]
+  """The array on the GPU, uploaded once; the cache keeps the array alive so its id is never reused."""
+  if id(array) not in _TORCH_CACHE: _TORCH_CACHE[id(array)] = (array, torch.from_numpy(array).cuda())
+  return _TORCH_CACHE[id(array)][1]
 
 
 def bench_gemm(gpu: Driver, timer: Timer, out_dir: pathlib.Path, dt: DType) -> None:
