@@ -220,3 +220,12 @@ def test_without_a_linker_the_build_says_so_and_still_writes_isa_and_objects(tmp
   build(sample, BuildOptions(target="amd", out_dir=tmp_path / "some", emit=kinds, archs=("gfx90a",)))
   assert sorted(p.name for p in (tmp_path / "some").iterdir()) == ["seed002_add2.gfx90a.o", "seed002_add2.gfx90a.s", "seed002_add2.h"]
   assert "ld.lld not found" in capsys.readouterr().err
+
+
+@needs_linker
+def test_arch_selects_the_per_arch_artifacts(tmp_path):
+  from uopc.driver import BuildOptions, build
+  build(ROOT / "samples" / "seed002_add2.uop", BuildOptions(target="amd", out_dir=tmp_path, archs=("gfx90a",)))
+  assert sorted(p.name for p in tmp_path.iterdir()) == sorted(
+    ["seed002_add2.gfx90a.s", "seed002_add2.gfx90a.o", "seed002_add2.gfx90a.hsaco", "seed002_add2_hip.c", "libseed002_add2.so",
+     "seed002_add2.h"])

@@ -65,8 +65,8 @@ def check_target(name: str) -> Target:
     raise CompileError([error(None, str(e))]) from e
 
 
-def check_emit(target: Target, emit: tuple[str, ...] | None) -> tuple[str, ...]:
-  kinds = tuple(target.artifacts("NAME"))
+def check_emit(target: Target, emit: tuple[str, ...] | None, archs: tuple[str, ...]) -> tuple[str, ...]:
+  kinds = tuple(target.artifacts("NAME", archs))
   if emit is None: return kinds
   if bad := [k for k in emit if k not in kinds]:
     raise CompileError([error(None, f"target {target.name} has no artifact {', '.join(map(repr, bad))}",
@@ -77,15 +77,16 @@ def check_emit(target: Target, emit: tuple[str, ...] | None) -> tuple[str, ...]:
 def build(path: str | Path, opts: BuildOptions = BuildOptions()) -> list[Path]:
   """Build `path`; returns the paths written. Raises CompileError for errors in the input."""
   target = check_target(opts.target)
-  emit = check_emit(target, opts.emit)
+  archs = opts.archs or target.default_archs
+  emit = check_emit(target, opts.emit, archs)
   for stage in opts.print_before + opts.print_after: check_stage_name(opts.target, stage)
   name = lib_name(path, opts.name)
   entries = _lower(str(path), opts, name)
-  outputs = {k: opts.out_dir / f for k, f in target.artifacts(name).items() if k in emit}
+  outputs = {k: opts.out_dir / f for k, f in target.artifacts(name, archs).items() if k in emit}
   opts.out_dir.mkdir(parents=True, exist_ok=True)
   staging = Path(tempfile.mkdtemp(prefix=f".{name}.uopc-", dir=opts.out_dir))
   try:
-    staged = target.build(BuildRequest(staging, name, entries, emit, opts.opt_level, opts.archs or target.default_archs, opts.env))
+    staged = target.build(BuildRequest(staging, name, entries, emit, opts.opt_level, archs, opts.env))
     if opts.depfile is not None:
       staged[opts.depfile] = staging / "deps.d"
       staged[opts.depfile].write_text(make_dependencies(list(outputs.values()), [Path(path)]))

@@ -41,7 +41,7 @@ class Target:
   name: str
   summary: str
   render: Callable[..., Any]                      # render(linear, kernel_name, loc_of) -> RenderedKernel
-  artifacts: Callable[[str], dict[str, str]]      # NAME -> {kind: file name}, in the order --help lists them
+  artifacts: Callable[[str, tuple[str, ...]], dict[str, str]]  # (NAME, archs) -> {kind: file name}, in --help's order
   build: Callable[[BuildRequest], dict[str, Path]]  # writes the requested kinds, returns {kind: path}
   default_archs: tuple[str, ...] = ()
 

@@ -11,7 +11,7 @@ def _render(linear, name: str, loc_of):
   return render_kernel(linear, name)
 
 
-def artifacts(name: str) -> dict[str, str]:
+def artifacts(name: str, archs: tuple[str, ...] = ()) -> dict[str, str]:
   return {"source": f"{name}.c", "so": f"lib{name}.so", "header": f"{name}.h"}
 
 

@@ -18,7 +18,7 @@ def _render(linear, name: str, loc_of):
   return render_kernel(linear, name, loc_of=loc_of)
 
 
-def artifacts(name: str) -> dict[str, str]:
+def artifacts(name: str, archs: tuple[str, ...] = ()) -> dict[str, str]:
   return {"ptx": f"{name}.ptx", "fatbin": f"{name}.fatbin", "source": f"{name}_cuda.c", "so": f"lib{name}.so",
           "header": f"{name}.h"}
 

@@ -12,7 +12,7 @@ def _render(linear, name: str, loc_of):
   return render_kernel(linear, name, "host", None, loc_of)
 
 
-def artifacts(name: str) -> dict[str, str]:
+def artifacts(name: str, archs: tuple[str, ...] = ()) -> dict[str, str]:
   return {"ir": f"{name}.ll", "object": f"{name}.o", "source": f"{name}.c", "so": f"lib{name}.so", "header": f"{name}.h"}
 
 

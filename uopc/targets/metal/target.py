@@ -16,7 +16,7 @@ def _render(linear, name: str, loc_of):
   return render_kernel(linear, name, loc_of)
 
 
-def artifacts(name: str) -> dict[str, str]:
+def artifacts(name: str, archs: tuple[str, ...] = ()) -> dict[str, str]:
   return {"source": f"{name}.metal", "launcher": f"{name}_launcher.m", "header": f"{name}.h",
           "metallib": f"{name}.metallib", "dylib": f"lib{name}.dylib"}
 
