@@ -1,0 +1,556 @@
+"""Optimize (seed 000): give each kernel's RANGE axes their roles, then apply OptOps to them.
+
+Axes. A kernel's axes are its RANGEs, numbered 0.. by their axis id (the id orders the loop nest
+where the graph leaves it free). Each RANGE's arg is `(axis_id, AxisType)`; `format_axes` shows a
+kernel as letters and sizes, `g16 l8 R64 u4`, as `--print-after optimize` prints it.
+
+Typing. Rangeify makes every output axis a LOOP. An axis is *parallel* when its iterations are
+independent, which is proven, not assumed: every global STORE lies inside it at an address that is an
+injective affine function of the loops around it (so two iterations never write the same element),
+no global buffer is both written and read (except in place, at the very address written), and every
+REG/LOCAL buffer is written inside it before it is read (so it carries nothing between iterations).
+Parallel LOOP axes become GLOBAL: the kernel's launch space (a loop on a CPU, the grid on a GPU).
+
+OptOps (seed 000's table), composed left to right, each checked before it applies:
+- `SPLIT(axis, k, T[, top])`: axis of size n becomes (n/k, k), or (k, n/k) with `top`; the part of
+  size k gets AxisType T, the other keeps the old type. T must be splittable from the axis's type
+  (LOCAL from g/L, THREAD from g, UPCAST from g/l/L, UNROLL from R/G, GROUP_REDUCE from R) in the
+  table's direction (THREAD is the outer part, LOCAL/UPCAST/UNROLL the inner, GROUP_REDUCE either);
+  LOCAL/GROUP_REDUCE need a target with workgroups, THREAD one with CPU threads.
+- `PADTO(axis, m)`: the axis runs to the next multiple of m; the extra iterations are masked (every
+  LOAD and STORE inside the axis is gated by `index < n`).
+- `SWAP(i, j)`: exchange the positions (nesting) of two axes of the same type.
+- `NOLOCALS`: no LOCAL axes from here on.
+- `TC(axis, ...)`: tensor cores; no target of ours has them, so it is refused.
+
+Without `--opts`, hand-written heuristics (`heuristic_opts`) pick the opts per target class.
+"""
+from __future__ import annotations
+
+import enum
+import math
+import re
+from dataclasses import dataclass
+from typing import Any, Callable, Mapping
+
+from uopc.diagnostics import CompileError, Loc, error
+from uopc.dtype import AddrSpace, PtrDType, dtypes
+from uopc.ops import AxisType, Ops
+from uopc.symbolic import simplify
+from uopc.uop import UOp
+
+# ---- opts ----------------------------------------------------------------------------------------------
+
+
+class OptOp(enum.Enum):
+  SPLIT = enum.auto(); PADTO = enum.auto(); SWAP = enum.auto(); NOLOCALS = enum.auto(); TC = enum.auto()  # noqa: E702
+
+
+@dataclass(frozen=True)
+class Opt:
+  """One OptOp. SPLIT: arg (k, AxisType, top); PADTO: the multiple; SWAP: the other axis; TC: its args."""
+  op: OptOp
+  axis: int | None = None
+  arg: Any = None
+
+  def __str__(self) -> str:
+    if self.op is OptOp.SPLIT:
+      k, t, top = self.arg
+      return f"SPLIT({self.axis},{k},{t.letter}{',top' if top else ''})"
+    if self.op is OptOp.NOLOCALS: return "NOLOCALS"
+    if self.op is OptOp.TC: return f"TC({','.join(str(a) for a in (self.axis,) + tuple(self.arg))})"
+    return f"{self.op.name}({self.axis},{self.arg})"
+
+
+_LETTERS = {t.letter: t for t in AxisType}
+_OPT_RE = re.compile(r"\s*([A-Za-z_]+)\s*(?:\(([^()]*)\))?\s*(?:,|$)")
+
+
+def parse_opts(text: str, loc: Loc | None = None) -> tuple[Opt, ...]:
+  """`SPLIT(0,4,u),SWAP(0,1),NOLOCALS` -> Opts; an empty text is no opts."""
+  opts, pos = [], 0
+  while text[pos:].strip():
+    m = _OPT_RE.match(text, pos)
+    if m is None: raise _parse_error(loc, pos, f"expected an opt such as SPLIT(0,4,u) at '{text[pos:]}'")
+    opts.append(_opt(m.group(1).upper(), [a.strip() for a in m.group(2).split(",")] if m.group(2) is not None else [], loc, m.start(1)))
+    pos = m.end()
+  return tuple(opts)
+
+
+def _parse_error(loc: Loc | None, col: int, message: str) -> CompileError:
+  where = Loc(loc.file, loc.line, loc.col + col) if loc else None
+  return CompileError([error(where, message if loc else f"--opts: {message}")])
+
+
+def _opt(name: str, args: list[str], loc: Loc | None, col: int) -> Opt:
+  def fail(msg: str) -> CompileError: return _parse_error(loc, col, f"{name}: {msg}")
+  def ints(xs: list[str]) -> list[int]:
+    if not all(re.fullmatch(r"-?\d+", x) for x in xs): raise fail(f"expected integers, got ({', '.join(xs)})")
+    return [int(x) for x in xs]
+  if name not in OptOp.__members__: raise fail(f"unknown opt; opts are {', '.join(OptOp.__members__)}")
+  op = OptOp[name]
+  if op is OptOp.NOLOCALS:
+    if args: raise fail("takes no arguments")
+    return Opt(op)
+  if op is OptOp.TC:
+    if not args: raise fail("expected TC(axis, ...)")
+    return Opt(op, ints(args[:1])[0], tuple(args[1:]))
+  if op is OptOp.SPLIT:
+    if len(args) not in (3, 4) or (len(args) == 4 and args[3] != "top"):
+      raise fail("expected SPLIT(axis, factor, type) or SPLIT(axis, factor, type, top)")
+    if args[2] not in _LETTERS: raise fail(f"unknown axis type '{args[2]}'; types are {' '.join(_LETTERS)}")
+    axis, k = ints(args[:2])
+    return Opt(op, axis, (k, _LETTERS[args[2]], len(args) == 4))
+  if len(args) != 2: raise fail(f"expected {name}(axis, {'multiple' if op is OptOp.PADTO else 'axis'})")
+  axis, arg = ints(args)
+  return Opt(op, axis, arg)
+
+
+_KERNEL_LINE = re.compile(r"\s*([A-Za-z0-9_]+)\s*:(.*)$")
+
+
+def parse_schedule(specs: tuple[str, ...] | list[str]) -> dict[str, tuple[Opt, ...]]:
+  """The `--opts` values: each `KERNEL:OPT,OPT,...`, or `@FILE` holding one such line per kernel
+  (blank lines and lines starting with # are skipped). `KERNEL:` alone pins no opts at all."""
+  out: dict[str, tuple[Opt, ...]] = {}
+  for spec in specs:
+    lines = _schedule_lines(spec)
+    for text, loc in lines:
+      m = _KERNEL_LINE.match(text)
+      if m is None: raise _parse_error(loc, 0, f"expected KERNEL:OPTS, got '{text.strip()}'")
+      if m.group(1) in out: raise _parse_error(loc, 0, f"kernel {m.group(1)} is given opts twice")
+      out[m.group(1)] = parse_opts(m.group(2), Loc(loc.file, loc.line, m.start(2) + 1) if loc else None)
+  return out
+
+
+def _schedule_lines(spec: str) -> list[tuple[str, Loc | None]]:
+  if not spec.startswith("@"): return [(spec, None)]
+  path = spec[1:]
+  try:
+    with open(path) as f: text = f.read()
+  except OSError as e:
+    raise CompileError([error(None, f"--opts: cannot read {path}: {e.strerror}")]) from e
+  return [(line, Loc(path, i + 1, 1)) for i, line in enumerate(text.splitlines()) if line.strip() and not line.lstrip().startswith("#")]
+
+
+# ---- targets --------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class TargetCaps:
+  """What Optimize and Expand need to know of a target."""
+  name: str
+  gpu: bool                    # GLOBAL/LOCAL axes become SPECIAL gidx/lidx (else loops)
+  threads: bool                # THREAD axes run on the host library's worker pool
+  vector_width: int            # lanes of the widest vector value Expand makes (wider ones are split)
+  aligned_vectors: bool        # vector loads/stores need an offset that is a multiple of their width
+  tensor_cores: bool = False
+  max_local: int = 256         # threads of a workgroup
+
+
+def target_caps(target: str) -> TargetCaps:
+  """CPU targets (c, llvm) and GPU targets (cuda, amd, metal). Only the C target's launcher runs THREAD
+  axes so far. The C build is portable x86-64 (SSE: 4 x f32); 8-lane values still pay off there, as two
+  SSE registers of independent work per value (see the heuristics). The llvm target gets its lanes as
+  scalars (LLVM's SLP vectoriser packs them) until its renderer converts every vector dtype."""
+  if target == "c": return TargetCaps(target, gpu=False, threads=True, vector_width=8, aligned_vectors=False)
+  if target == "llvm": return TargetCaps(target, gpu=False, threads=False, vector_width=1, aligned_vectors=False)
+  return TargetCaps(target, gpu=True, threads=False, vector_width=4, aligned_vectors=True)
+
+
+# ---- axes ------------------------------------------------------------------------------------------------
+
+
+def is_axis(u: UOp) -> bool:
+  return u.op is Ops.RANGE and isinstance(u.arg, tuple) and len(u.arg) == 2 and isinstance(u.arg[1], AxisType)
+
+
+def kernel_axes(sink: UOp) -> list[UOp]:
+  """The kernel's RANGEs in axis order (by axis id)."""
+  return sorted((u for u in sink.toposort() if u.op is Ops.RANGE), key=lambda r: (r.arg[0] if isinstance(r.arg, tuple) else 0, str(r.arg)))
+
+
+def axis_type(r: UOp) -> AxisType: return r.arg[1]
+def axis_size(r: UOp) -> int | UOp: return r.src[0].arg if r.src[0].op is Ops.CONST else r.src[0]
+
+
+def format_axes(sink: UOp) -> str:
+  """`g16 l8 R64 u4`: each axis's letter and size (a run-time size by its DEFINE_VAR's name, else ?)."""
+  def size(r: UOp) -> str:
+    s = axis_size(r)
+    return str(s) if isinstance(s, int) else s.arg[0] if s.op is Ops.DEFINE_VAR else "?"
+  return " ".join(f"{axis_type(r).letter}{size(r)}" if is_axis(r) else f"?{size(r)}" for r in kernel_axes(sink))
+
+
+def _range(size: int | UOp, axis_id: int, t: AxisType) -> UOp:
+  bound = size if isinstance(size, UOp) else UOp.const(dtypes.index, size)
+  return UOp(Ops.RANGE, dtypes.index, (bound,), (axis_id, t))
+
+
+Trace = list  # (old, new) pairs of the nodes a rewrite replaced, so that diagnostics keep their source location
+
+
+def note(trace: Trace | None, old: UOp, new: UOp) -> None:
+  if trace is not None and new is not old: trace.append((old, new))
+
+
+def replace_ranges(root: UOp, new: Mapping[UOp, tuple[UOp, tuple[UOp, ...]]], trace: Trace | None = None) -> UOp:
+  """Replace each RANGE r in `new` by (value, ranges): uses of r read `value`; an END of r closes the
+  `ranges` instead (innermost first; none: the body stays) and an AFTER that waits on r waits on them."""
+  memo: dict[UOp, UOp] = {}
+  for u in root.toposort():
+    if u in new: memo[u] = new[u][0]
+    elif u.op is Ops.END and u.src[1] in new:
+      body = memo[u.src[0]]
+      for r in reversed(new[u.src[1]][1]): body = UOp(Ops.END, dtypes.void, (body, r))
+      memo[u] = body
+    elif u.op is Ops.AFTER:
+      src = [memo[u.src[0]]] + [x for s in u.src[1:] for x in (new[s][1] if s in new else (memo[s],))]
+      memo[u] = src[0] if len(src) == 1 else u.replace(src=tuple(src))
+    else:
+      src = tuple(memo[s] for s in u.src)
+      memo[u] = u if src == u.src else u.replace(src=src)
+    note(trace, u, memo[u])
+  return memo[root]
+
+
+def renumber(root: UOp, order: list[UOp], trace: Trace | None = None) -> UOp:
+  """Axis ids 0.. in `order` (the new axis order)."""
+  new = {r: _range(axis_size(r), i, axis_type(r)) for i, r in enumerate(order)}
+  return replace_ranges(root, {r: (n, (n,)) for r, n in new.items() if n is not r}, trace)
+
+
+# ---- scopes and parallel axes -----------------------------------------------------------------------------
+
+
+def scopes(sink: UOp) -> dict[UOp, frozenset]:
+  """The RANGEs each node lies inside: those it depends on, except through their END."""
+  out: dict[UOp, frozenset] = {}
+  for u in sink.toposort():
+    s = frozenset().union(*(out[x] for x in u.src))
+    if u.op is Ops.RANGE: s |= {u}
+    elif u.op is Ops.END and len(u.src) == 2: s -= {u.src[1]}
+    out[u] = s
+  return out
+
+
+def root_buffer(u: UOp) -> UOp:
+  """The PARAM/BUFFER under an INDEX's pointer operand (AFTERs see through)."""
+  while u.op in (Ops.AFTER, Ops.INDEX): u = u.src[0]
+  return u
+
+
+def _memory_ops(sink: UOp) -> list[UOp]:
+  return [u for u in sink.toposort() if u.op in (Ops.LOAD, Ops.STORE) and u.src and u.src[0].op is Ops.INDEX]
+
+
+def affine(e: UOp) -> tuple[dict[UOp, UOp], UOp] | None:
+  """e = sum(coeff * range) + rest with index-valued coeffs and rest free of ranges; None when it is not."""
+  if e.op is Ops.RANGE: return {e: UOp.const(dtypes.index, 1)}, UOp.const(dtypes.index, 0)
+  if not any(x.op is Ops.RANGE for x in e.toposort()): return {}, e
+  if e.op is Ops.ADD:
+    a, b = affine(e.src[0]), affine(e.src[1])
+    if a is None or b is None: return None
+    coeffs = dict(a[0])
+    for r, c in b[0].items(): coeffs[r] = simplify(coeffs[r].alu(Ops.ADD, c)) if r in coeffs else c
+    return coeffs, simplify(a[1].alu(Ops.ADD, b[1]))
+  if e.op is Ops.MUL:
+    for x, k in (e.src, e.src[::-1]):
+      if any(y.op is Ops.RANGE for y in k.toposort()): continue
+      inner = affine(x)
+      if inner is None: return None
+      return {r: simplify(c.alu(Ops.MUL, k)) for r, c in inner[0].items()}, simplify(inner[1].alu(Ops.MUL, k))
+  return None
+
+
+def _at_least(a: UOp, b: UOp) -> bool:
+  """a >= b provably: the same value, or by their ranges."""
+  a, b = simplify(a), simplify(b)
+  return a is b or (a.vmin is not None and b.vmax is not None and a.vmin >= b.vmax)
+
+
+def injective_in(address: UOp, r: UOp) -> bool:
+  """Different values of range r never give the same address: address is affine in its ranges, r's
+  coefficient is not 0, and the terms form a mixed radix (each coefficient at least the previous
+  coefficient times the previous range's size), so the map from range values to addresses is one to one."""
+  form = affine(address)
+  if form is None: return False
+  terms = [(x, c) for x, c in form[0].items() if not (c.op is Ops.CONST and c.arg == 0)]
+  if r not in (x for x, _ in terms) or any(c.vmin is None or c.vmin < 1 for _, c in terms): return False
+  terms.sort(key=lambda t: (t[1].vmin, t[1].vmax, t[0].arg[0] if isinstance(t[0].arg, tuple) else 0))
+  return all(_at_least(c, pc.alu(Ops.MUL, px.src[0])) for (px, pc), (_, c) in zip(terms, terms[1:]))
+
+
+def parallel_axes(sink: UOp) -> set[UOp]:
+  """The RANGEs whose iterations are independent (see the module docstring)."""
+  mem = _memory_ops(sink)
+  scope = scopes(sink)
+  stored = {root_buffer(u.src[0]) for u in mem if u.op is Ops.STORE}
+  def address(u: UOp) -> tuple: return (root_buffer(u.src[0]), simplify(u.src[0].src[1]))
+  written_at = {address(u) for u in mem if u.op is Ops.STORE}
+  if any(u.op is Ops.LOAD and root_buffer(u.src[0]) in stored and _is_global(root_buffer(u.src[0])) and address(u) not in written_at
+         for u in mem): return set()
+  if any(u.op in (Ops.IF, Ops.BARRIER, Ops.SPECIAL) for u in sink.toposort()): return set()
+  # an axis that no global STORE lies in does no work to spread
+  candidates = {r for u in mem if u.op is Ops.STORE and _is_global(root_buffer(u.src[0])) for r in scope[u]}
+  for u in mem:
+    buf = root_buffer(u.src[0])
+    if _is_global(buf):
+      if u.op is Ops.STORE: candidates &= {r for r in scope[u] if injective_in(u.src[0].src[1], r)}
+    else: candidates &= scope[u]  # a REG/LOCAL buffer is used inside the axis only ...
+  written = _written_before(sink)
+  for u in mem:  # ... and written there before it is read
+    if u.op is Ops.LOAD and not _is_global(root_buffer(u.src[0])) and root_buffer(u.src[0]) not in written[u]: return set()
+  return candidates
+
+
+def _is_global(buf: UOp) -> bool: return isinstance(buf.dtype, PtrDType) and buf.dtype.addrspace is AddrSpace.GLOBAL
+
+
+def _written_before(sink: UOp) -> dict[UOp, frozenset]:
+  """The buffers a STORE to which each node depends on."""
+  out: dict[UOp, frozenset] = {}
+  for u in sink.toposort():
+    s = frozenset().union(*(out[x] for x in u.src))
+    if u.op is Ops.STORE and u.src[0].op is Ops.INDEX: s |= {root_buffer(u.src[0])}
+    out[u] = s
+  return out
+
+
+def type_axes(sink: UOp, caps: TargetCaps, trace: Trace | None = None) -> UOp:
+  """Parallel LOOP axes become GLOBAL. A GPU grid has three dimensions: the innermost three there."""
+  parallel = parallel_axes(sink)
+  loops = [r for r in kernel_axes(sink) if is_axis(r) and axis_type(r) is AxisType.LOOP and r in parallel]
+  if caps.gpu: loops = loops[-3:]
+  new = {r: _range(axis_size(r), r.arg[0], AxisType.GLOBAL) for r in loops}
+  return replace_ranges(sink, {r: (n, (n,)) for r, n in new.items()}, trace)
+
+
+# ---- applying opts ----------------------------------------------------------------------------------------
+
+# seed 000's table: the types a new sub-axis of each type may be split from, and on which side it goes
+SPLIT_FROM = {AxisType.LOCAL: {AxisType.GLOBAL, AxisType.LOOP}, AxisType.THREAD: {AxisType.GLOBAL},
+              AxisType.UPCAST: {AxisType.GLOBAL, AxisType.LOCAL, AxisType.LOOP},
+              AxisType.UNROLL: {AxisType.REDUCE, AxisType.GROUP_REDUCE}, AxisType.GROUP_REDUCE: {AxisType.REDUCE}}
+SPLIT_SIDE = {AxisType.LOCAL: (False,), AxisType.THREAD: (True,), AxisType.UPCAST: (False,), AxisType.UNROLL: (False,),
+              AxisType.GROUP_REDUCE: (False, True)}
+# sub-axes the Expand stage and the targets can lower today
+LOWERED = {AxisType.THREAD, AxisType.UPCAST, AxisType.UNROLL, AxisType.LOCAL}
+
+
+class OptError(Exception):
+  """An opt that cannot apply to a kernel; the message names the opt and why."""
+
+
+@dataclass
+class KernelSchedule:
+  """A kernel after Optimize: its SINK and the opts that made it (printed by --print-after optimize)."""
+  sink: UOp
+  opts: tuple[Opt, ...]
+  caps: TargetCaps
+
+  def format(self) -> str:
+    from uopc.frontend import print_uops
+    return f"# axes: {format_axes(self.sink)}\n# opts: {','.join(map(str, self.opts)) or '(none)'}\n{print_uops(self.sink)}"
+
+
+def apply_opt(sink: UOp, opt: Opt, caps: TargetCaps, first: bool = True, nolocals: bool = False, trace: Trace | None = None) -> UOp:
+  """`sink` with `opt` applied; raises OptError when the opt is not legal here."""
+  if opt.op is OptOp.TC:
+    raise OptError(f"target {caps.name} has no tensor cores" if first else "TC must be the first opt")
+  if opt.op is OptOp.NOLOCALS:
+    if any(is_axis(r) and axis_type(r) is AxisType.LOCAL for r in kernel_axes(sink)): raise OptError("the kernel already has LOCAL axes")
+    return sink
+  axes = kernel_axes(sink)
+  r = _axis(axes, opt.axis)
+  if opt.op is OptOp.SWAP:
+    other = _axis(axes, opt.arg)
+    if other is r: raise OptError("swaps an axis with itself")
+    if axis_type(r) is not axis_type(other): raise OptError(f"axes of different types ({axis_type(r).letter}, {axis_type(other).letter}) cannot swap")
+    order = list(axes)
+    order[opt.axis], order[opt.arg] = other, r
+    return renumber(sink, order, trace)
+  size = axis_size(r)
+  if not isinstance(size, int): raise OptError(f"axis {opt.axis} has a run-time size")
+  if opt.op is OptOp.PADTO: return _padto(sink, r, size, opt.arg, trace)
+  return _split(sink, axes, opt.axis, size, opt.arg, caps, nolocals, trace)
+
+
+def _axis(axes: list[UOp], i: Any) -> UOp:
+  if not isinstance(i, int) or not 0 <= i < len(axes): raise OptError(f"axis {i} does not exist (the kernel has {len(axes)} axes)")
+  if not is_axis(axes[i]): raise OptError(f"axis {i} has no axis type")
+  return axes[i]
+
+
+def _split(sink: UOp, axes: list[UOp], n: int, size: int, arg: tuple, caps: TargetCaps, nolocals: bool, trace: Trace | None) -> UOp:
+  k, new_type, top = arg
+  old_type = axis_type(axes[n])
+  if new_type not in SPLIT_FROM: raise OptError(f"no axis is split into {new_type.name} ({new_type.letter})")
+  if old_type not in SPLIT_FROM[new_type]:
+    raise OptError(f"{new_type.name} ({new_type.letter}) cannot be split from {old_type.name} ({old_type.letter}); "
+                   f"only from {'/'.join(sorted(t.letter for t in SPLIT_FROM[new_type]))}")
+  if top not in SPLIT_SIDE[new_type]: raise OptError(f"{new_type.name} is the {'outer' if not top else 'inner'} part of a split ({'add' if not top else 'drop'} 'top')")
+  if new_type in (AxisType.LOCAL, AxisType.GROUP_REDUCE) and not caps.gpu: raise OptError(f"{new_type.name} needs workgroups; target {caps.name} is a CPU")
+  if new_type is AxisType.LOCAL and nolocals: raise OptError("LOCAL after NOLOCALS")
+  if new_type is AxisType.THREAD and not caps.threads: raise OptError(f"target {caps.name} has no CPU threads")
+  if new_type is AxisType.THREAD and any(axis_type(a) is AxisType.THREAD for a in axes): raise OptError("the kernel already has a THREAD axis")
+  if new_type not in LOWERED: raise OptError(f"{new_type.name} axes are not lowered yet")
+  if k < 1 or size % k != 0: raise OptError(f"{k} does not divide the size {size} of axis {n}")
+  if new_type is AxisType.LOCAL and math.prod(axis_size(a) for a in axes if axis_type(a) is AxisType.LOCAL) * k > caps.max_local:
+    raise OptError(f"more than {caps.max_local} threads in a workgroup")
+  (outer_n, outer_t), (inner_n, inner_t) = ((k, new_type), (size // k, old_type)) if top else ((size // k, old_type), (k, new_type))
+  tmp = max(a.arg[0] for a in axes) + 1
+  outer, inner = _range(outer_n, tmp, outer_t), _range(inner_n, tmp + 1, inner_t)
+  parts = tuple(p for p in (outer, inner) if axis_size(p) != 1)
+  zero = UOp.const(dtypes.index, 0)
+  value = UOp(Ops.ADD, dtypes.index, (UOp(Ops.MUL, dtypes.index, (outer if outer in parts else zero, UOp.const(dtypes.index, inner_n))),
+                                      inner if inner in parts else zero))
+  split = replace_ranges(sink, {axes[n]: (simplify(value), parts)}, trace)
+  return renumber(split, axes[:n] + list(parts) + axes[n + 1:], trace)
+
+
+def _padto(sink: UOp, r: UOp, size: int, m: Any, trace: Trace | None) -> UOp:
+  if not isinstance(m, int) or m < 1: raise OptError(f"pads to a multiple of {m}")
+  padded = -(-size // m) * m
+  if padded == size: return sink
+  wide = _range(padded, r.arg[0], axis_type(r))
+  out = replace_ranges(sink, {r: (wide, (wide,))}, trace)
+  valid = UOp(Ops.CMPLT, dtypes.bool, (wide, UOp.const(dtypes.index, size)))
+  return _gate_inside(out, wide, valid, trace)
+
+
+def _gate_inside(sink: UOp, r: UOp, valid: UOp, trace: Trace | None) -> UOp:
+  """Every STORE inside r also gated by `valid`, and every LOAD of a global buffer (it reads 0 then,
+  and never out of bounds). Loads of REG/LOCAL buffers stay as they are: their addresses do not grow
+  with r, and what they read in a masked iteration is never stored."""
+  scope = scopes(sink)
+  memo: dict[UOp, UOp] = {}
+  for u in sink.toposort():
+    src = tuple(memo[s] for s in u.src)
+    if u.op in (Ops.LOAD, Ops.STORE) and r in scope[u] and src and src[0].op is Ops.INDEX and \
+       (u.op is Ops.STORE or _is_global(root_buffer(src[0]))):
+      if u.op is Ops.STORE: src = src[:2] + ((src[2].alu(Ops.AND, valid),) if len(src) == 3 else (valid,))
+      elif len(src) == 3: src = (src[0], src[1], src[2].alu(Ops.AND, valid))
+      else: src = (src[0], UOp.const(u.dtype, False if u.dtype.is_bool() else 0.0 if u.dtype.is_float() else 0), valid)
+    memo[u] = u if src == u.src else u.replace(src=src)
+    note(trace, u, memo[u])
+  return memo[sink]
+
+
+def apply_opts(sink: UOp, opts: tuple[Opt, ...], caps: TargetCaps, kernel: str, trace: Trace | None = None) -> UOp:
+  """Apply `opts` left to right; an illegal one is a CompileError naming the kernel and the opt."""
+  nolocals = False
+  for i, opt in enumerate(opts):
+    try:
+      sink = apply_opt(sink, opt, caps, first=i == 0, nolocals=nolocals, trace=trace)
+    except OptError as e:
+      raise CompileError([error(None, f"kernel {kernel}: cannot apply {opt}: {e}")]) from e
+    nolocals = nolocals or opt.op is OptOp.NOLOCALS
+  return sink
+
+
+# ---- the stage ---------------------------------------------------------------------------------------------
+
+
+def optimize(sink: UOp, kernel: str, caps: TargetCaps, pinned: tuple[Opt, ...] | None = None,
+             relocate: Callable[[UOp, UOp], None] = lambda old, new: None) -> KernelSchedule:
+  """Type the kernel's axes, then apply `pinned` (from --opts) or the heuristics' opts. `relocate(old,
+  new)` hands each replaced node's source location to its replacement."""
+  if not all(is_axis(r) for r in kernel_axes(sink)): return KernelSchedule(sink, (), caps)  # an untyped legacy RANGE: as written
+  trace: Trace = []
+  typed = type_axes(sink, caps, trace)
+  opts = pinned if pinned is not None else heuristic_opts(typed, caps)
+  out = KernelSchedule(apply_opts(typed, opts, caps, kernel, trace), opts, caps)
+  for old, new in trace: relocate(old, new)
+  return out
+
+
+# ---- heuristics -----------------------------------------------------------------------------------------
+
+THREAD_MIN_WORK = 1 << 17  # iterations below which starting threads costs more than it saves
+THREAD_TASKS = 32          # tasks a THREAD axis aims for: enough to balance any core count up to it
+
+
+class _Planner:
+  """Tries opts one at a time on the kernel, keeping those that are legal."""
+
+  def __init__(self, sink: UOp, caps: TargetCaps):
+    self.sink, self.caps, self.opts = sink, caps, []
+
+  def axes(self, *types: AxisType) -> list[int]:
+    return [i for i, r in enumerate(kernel_axes(self.sink)) if axis_type(r) in types]
+
+  def size(self, i: int) -> int | UOp: return axis_size(kernel_axes(self.sink)[i])
+
+  def apply(self, opt: Opt) -> bool:
+    try:
+      self.sink = apply_opt(self.sink, opt, self.caps, first=not self.opts)
+    except OptError:
+      return False
+    self.opts.append(opt)
+    return True
+
+  def split_by_first(self, axis: int, factors, t: AxisType, top: bool = False) -> int:
+    """Split `axis` by the first factor that divides it; the factor used, or 0."""
+    size = self.size(axis)
+    for k in factors:
+      if isinstance(size, int) and 1 < k <= size and size % k == 0 and self.apply(Opt(OptOp.SPLIT, axis, (k, t, top))): return k
+    return 0
+
+
+def _store_strides(sink: UOp) -> dict[UOp, int]:
+  """Each range's constant coefficient in the address of the kernel's global STOREs (0 where none)."""
+  out: dict[UOp, int] = {}
+  for u in _memory_ops(sink):
+    if u.op is Ops.STORE and _is_global(root_buffer(u.src[0])) and (form := affine(u.src[0].src[1])) is not None:
+      for r, c in form[0].items(): out[r] = c.arg if c.op is Ops.CONST else 0
+  return out
+
+
+def _work(sink: UOp) -> int:
+  return math.prod(s if isinstance(s, int) else (s.vmax or 1) for s in map(axis_size, kernel_axes(sink)))
+
+
+def heuristic_opts(sink: UOp, caps: TargetCaps) -> tuple[Opt, ...]:
+  """The opts the hand-written heuristics pick for a typed kernel (only legal ones)."""
+  plan = _Planner(sink, caps)
+  if caps.gpu: _gpu_heuristics(plan)
+  else: _cpu_heuristics(plan)
+  return tuple(plan.opts)
+
+
+def _contiguous_output(plan: _Planner) -> int | None:
+  """The GLOBAL axis that moves the output by one element, if any."""
+  strides = _store_strides(plan.sink)
+  axes = kernel_axes(plan.sink)
+  return next((i for i in plan.axes(AxisType.GLOBAL) if strides.get(axes[i]) == 1), None)
+
+
+def _cpu_heuristics(plan: _Planner) -> None:
+  """Vectors along the contiguous output axis; for reductions a register tile of independent
+  accumulators (a second UPCAST output axis) and an unrolled reduce step; THREAD tasks over the
+  outermost GLOBAL axis when the kernel is big enough to pay for starting threads."""
+  work = _work(plan.sink)
+  inner = _contiguous_output(plan)
+  others = [i for i in plan.axes(AxisType.GLOBAL) if i != inner and isinstance(plan.size(i), int)]
+  if inner is not None and plan.split_by_first(inner, (plan.caps.vector_width, 4, 2), AxisType.UPCAST):
+    others = [i + (i > inner) for i in others]
+  if plan.axes(AxisType.REDUCE):
+    if others: plan.split_by_first(others[-1], (4, 2), AxisType.UPCAST)
+    r = plan.axes(AxisType.REDUCE)[-1]
+    if isinstance(plan.size(r), int) and plan.size(r) <= 8: plan.split_by_first(r, (plan.size(r),), AxisType.UNROLL)
+    else: plan.split_by_first(r, (4, 2), AxisType.UNROLL)
+  globals_ = plan.axes(AxisType.GLOBAL)
+  if plan.caps.threads and globals_ and work >= THREAD_MIN_WORK:
+    size = plan.size(globals_[0])
+    if isinstance(size, int):
+      plan.split_by_first(globals_[0], sorted((d for d in range(2, min(size, THREAD_TASKS) + 1) if size % d == 0), reverse=True),
+                          AxisType.THREAD, top=True)
+
+
+def _gpu_heuristics(plan: _Planner) -> None:
+  """A workgroup along the contiguous output axis (LOCAL), 4-wide vectors per thread (UPCAST)."""
+  inner = _contiguous_output(plan)
+  if inner is None: return
+  plan.split_by_first(inner, (4,), AxisType.UPCAST)
+  plan.split_by_first(inner, (256, 128, 64, 32, 16, 8, 4, 2), AxisType.LOCAL)
