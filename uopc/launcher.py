@@ -24,6 +24,7 @@ from dataclasses import dataclass
 from typing import Any, Sequence
 
 from uopc.dtype import DType, dtypes
+from uopc.targets.c.threads import POOL_C, TASK_PARAM, is_threaded, task_call, trampoline
 
 ABI_VERSION = 1
 
@@ -126,6 +127,7 @@ def entry_args(entry: EntryKernels) -> list[EntryArg]:
   for k in entry.kernels:
     for p in k.params:
       if p.kind == "buffer" and p.slot in internal: continue
+      if p.kind == "var" and p.name == TASK_PARAM: continue  # the worker pool passes it (targets/c/threads.py)
       a = _arg_of(p)
       merged[(a.kind, a.key)] = _merge(merged.get((a.kind, a.key)), a)
   ordered = sorted((a for a in merged.values() if a.kind == "buffer"), key=lambda a: a.key) + \
@@ -155,15 +157,21 @@ def _prototype(prefix: str, entry: EntryKernels, args: list[EntryArg], suffix: s
 
 
 _WS_PARAM = "void* workspace"
+_THREADS_PARAM = "int num_threads"
+
+
+def _threaded(entry: EntryKernels) -> bool: return any(is_threaded(k) for k in entry.kernels)
 
 
 def _prototypes(prefix: str, entry: EntryKernels) -> list[str]:
   """The entry's public declarations: with a workspace, also the caller-provided-workspace variant
-  (WORKSPACE must hold PREFIX_ENTRY_workspace_size() bytes, 64-byte aligned) and the size query."""
+  (WORKSPACE must hold PREFIX_ENTRY_workspace_size() bytes, 64-byte aligned) and the size query; with
+  THREAD axes, also the variant taking the worker count (<= 0: $UOPC_NUM_THREADS, else the cores)."""
   args = entry_args(entry)
-  if entry.workspace is None: return [_prototype(prefix, entry, args)]
+  threads = [_prototype(prefix, entry, args, "_with_threads", (_THREADS_PARAM,))] if _threaded(entry) else []
+  if entry.workspace is None: return [_prototype(prefix, entry, args)] + threads
   return [_prototype(prefix, entry, args), _prototype(prefix, entry, args, "_with_workspace", (_WS_PARAM,)),
-          f"size_t {prefix}_{entry.name}_workspace_size(void)"]
+          f"size_t {prefix}_{entry.name}_workspace_size(void)"] + threads
 
 
 # ---- the header ------------------------------------------------------------------------------------------
@@ -270,11 +278,15 @@ def _kernel_call(kname: str, kernel, by_key: dict[tuple, EntryArg], offsets: dic
   an intermediate buffer is its offset into the workspace."""
   actual = []
   for p in kernel.params:
+    if p.kind == "var" and p.name == TASK_PARAM:
+      actual.append("task")
+      continue
     if p.kind == "buffer" and p.slot in offsets:
       actual.append(f"(void*)((unsigned char*)workspace + {offsets[p.slot]})")
       continue
     a = by_key[("buffer", p.slot) if p.kind == "buffer" else ("var", p.name)]
     actual.append(a.c_name if a.kind == "var" else f"({'' if p.written else 'const '}void*){a.c_name}")
+  if is_threaded(kernel): return task_call(kname, kernel, actual)
   return f"  {kname}({', '.join(actual)});"
 
 
@@ -283,6 +295,7 @@ def _wrapper(prefix: str, entry: EntryKernels) -> str:
   by_key = {(a.kind, a.key): a for a in args}
   offsets = dict(entry.workspace.offsets) if entry.workspace else {}
   calls = [_kernel_call(kernel_name(prefix, entry.name, i), k, by_key, offsets) for i, k in enumerate(entry.kernels)]
+  if _threaded(entry): return _threaded_wrapper(prefix, entry, args, calls)
   if entry.workspace is None:
     return "\n".join([f"{_prototype(prefix, entry, args)} {{", *_checks(args), *calls, "  return UOPC_OK;", "}"])
   fn, size = f"{prefix}_{entry.name}", entry.workspace.size
@@ -296,6 +309,27 @@ def _wrapper(prefix: str, entry: EntryKernels) -> str:
     "  if (workspace == NULL) return UOPC_ERR_NO_MEMORY;",
     f"  int status = {fn}_with_workspace({forward});",
     "  free(workspace);", "  return status;", "}"])
+
+
+def _threaded_wrapper(prefix: str, entry: EntryKernels, args: list[EntryArg], calls: list[str]) -> str:
+  """An entry whose kernels run THREAD axes: the body takes the worker count; the plain entry passes 0."""
+  fn = f"{prefix}_{entry.name}"
+  names = [a.c_name for a in args]
+  plain = f"{_prototype(prefix, entry, args)} {{ return {fn}_with_threads({', '.join(names + ['0'])}); }}"
+  with_threads = _prototype(prefix, entry, args, "_with_threads", (_THREADS_PARAM,))
+  if entry.workspace is None:
+    return "\n".join([f"{with_threads} {{", *_checks(args), *calls, "  return UOPC_OK;", "}", plain])
+  run, size = f"{prefix}__{entry.name}_run", entry.workspace.size
+  return "\n".join([
+    f"size_t {fn}_workspace_size(void) {{ return {size}; }}",
+    f"static int {run}({', '.join([_c_param(a) for a in args] + [_WS_PARAM, _THREADS_PARAM])}) {{", *_checks(args),
+    "  if (workspace == NULL) return UOPC_ERR_NULL_POINTER;", *calls, "  return UOPC_OK;", "}",
+    f"{_prototype(prefix, entry, args, '_with_workspace', (_WS_PARAM,))} {{ return {run}({', '.join(names + ['workspace', '0'])}); }}",
+    f"{with_threads} {{",
+    f"  void* workspace = malloc({size});",
+    "  if (workspace == NULL) return UOPC_ERR_NO_MEMORY;",
+    f"  int status = {run}({', '.join(names + ['workspace', 'num_threads'])});",
+    "  free(workspace);", "  return status;", "}", plain])
 
 
 def _c_string(s: str) -> str:
@@ -341,7 +375,7 @@ int {prefix}_find_entry(const char* name) {{
 
 def _check_names(prefix: str, entries: Sequence[EntryKernels]) -> None:
   """Entry names become C identifiers; two entries, or an entry and a kernel, must not share one."""
-  public = [f"{prefix}_{e.name}{v}" for e in entries for v in ("", "_with_workspace", "_workspace_size")] + [f"{prefix}_{f}" for f in ("strerror", "num_entries", "entry_info", "find_entry")]
+  public = [f"{prefix}_{e.name}{v}" for e in entries for v in ("", "_with_workspace", "_workspace_size", "_with_threads")] + [f"{prefix}_{f}" for f in ("strerror", "num_entries", "entry_info", "find_entry")]
   private = [kernel_name(prefix, e.name, i) for e in entries for i in range(len(e.kernels))]
   names = public + private
   bad = [e.name for e in entries if not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", e.name)]
@@ -355,6 +389,8 @@ def render_source(name: str, entries: Sequence[EntryKernels], prelude: str) -> s
   prefix = c_identifier(name)
   _check_names(prefix, entries)
   kernels = "\n\n".join(k.source.strip() for e in entries for k in e.kernels)
+  threaded = [(kernel_name(prefix, e.name, i), k) for e in entries for i, k in enumerate(e.kernels) if is_threaded(k)]
+  if threaded: kernels = "\n\n".join([POOL_C.strip(), kernels] + [trampoline(n, k) for n, k in threaded])
   wrappers = "\n\n".join(_wrapper(prefix, e) for e in entries)
   return f"""/* {name}.c: generated by uopc; do not edit. Build: cc -O3 -fPIC -shared -fvisibility=hidden {name}.c -o lib{name}.so */
 {render_header(name, entries)}

@@ -8,7 +8,8 @@ from uopc.targets import BuildRequest, Target
 
 def _render(linear, name: str, loc_of):
   from uopc.targets.c.render import render_kernel
-  return render_kernel(linear, name)
+  from uopc.targets.c.threads import thread_tasks
+  return render_kernel(thread_tasks(linear), name)
 
 
 def artifacts(name: str, archs: tuple[str, ...] = ()) -> dict[str, str]:
