@@ -45,19 +45,34 @@ def _plan(program, name: str):
   return plan(program)
 
 
+def _optimize(target: str, schedule: Mapping[str, tuple] | None, relocate: Callable[[UOp, UOp], None]) -> Callable[[UOp, str], Any]:
+  """Optimize with the opts --opts pins for a kernel, the target's heuristics for the others."""
+  def run(sink: UOp, name: str):
+    from uopc.stages.optimize import optimize, target_caps
+    return optimize(sink, name, target_caps(target), schedule.get(name) if schedule is not None else None, relocate)
+  return run
+
+
+def _expand(relocate: Callable[[UOp, UOp], None]) -> Callable[[Any, str], UOp]:
+  def run(kernel_schedule, name: str) -> UOp:
+    from uopc.stages.expand import expand
+    return expand(kernel_schedule, relocate)
+  return run
+
+
 def _linearize(sink: UOp, name: str) -> UOp:
   from uopc.stages.linearize import linearize
   return linearize(sink)
 
 
-# The stages every target shares, in seed 000's order; each target appends its own Render.
-SHARED_STAGES: tuple[Stage, ...] = (Stage("callify", _callify), Stage("rangeify", _rangeify), Stage("linearize", _linearize),
-                                    Stage("plan", _plan))
-
-
-def pipeline(target: str, loc_of: Callable[[UOp], Any] = lambda u: None) -> tuple[Stage, ...]:
-  """`target`'s stages; `loc_of` lets a renderer point a refusal (an op the target lacks) at the source."""
-  return SHARED_STAGES + (Stage("render", get_target(target).render_stage(loc_of)),)
+def pipeline(target: str, loc_of: Callable[[UOp], Any] = lambda u: None, schedule: Mapping[str, tuple] | None = None,
+             relocate: Callable[[UOp, UOp], None] = lambda old, new: None) -> tuple[Stage, ...]:
+  """`target`'s stages in seed 000's order; `loc_of` lets a renderer point a refusal (an op the target
+  lacks) at the source; `schedule` maps kernel names to the opts --opts pins for them; `relocate(old,
+  new)` (Module.relocate) keeps a node's source location on what a stage replaces it with."""
+  return (Stage("callify", _callify), Stage("rangeify", _rangeify), Stage("optimize", _optimize(target, schedule, relocate)),
+          Stage("expand", _expand(relocate)), Stage("linearize", _linearize), Stage("plan", _plan),
+          Stage("render", get_target(target).render_stage(loc_of)))
 
 
 class UnknownStageError(ValueError):
@@ -107,16 +122,26 @@ def run_kernel_stages(stages: Sequence[Stage], sink: UOp, name: str, opts: Print
   return value
 
 
-def compile_module(module: Module, target: str, lib_name: str, opts: PrintOptions = PrintOptions()) -> list[EntryKernels]:
-  """Every entry of `module` lowered through `target`'s pipeline to its rendered kernels."""
+def compile_module(module: Module, target: str, lib_name: str, opts: PrintOptions = PrintOptions(),
+                   schedule: Mapping[str, tuple] | None = None) -> list[EntryKernels]:
+  """Every entry of `module` lowered through `target`'s pipeline to its rendered kernels; `schedule`
+  pins the opts of the kernels it names (see uopc.stages.optimize.parse_schedule)."""
   if not module.entries: raise CompileError([error(None, f"{module.path} has no entries: nothing to build")])
-  stages = pipeline(target, module.loc_of)
+  stages = pipeline(target, module.loc_of, schedule, module.relocate)
   kernel_stages = [s for s in stages if s.name not in TENSOR_STAGES]
   prefix = c_identifier(lib_name)
   opts = replace(opts, names=module.names)
-  return [_compile_tensor_entry(stages, e.sink, prefix, e.name, opts) if e.kind == "func" else
-          EntryKernels(e.name, (run_kernel_stages(kernel_stages, e.sink, kernel_name(prefix, e.name, 0), opts),))
-          for e in module.entries]
+  entries = [_compile_tensor_entry(stages, e.sink, prefix, e.name, opts) if e.kind == "func" else
+             EntryKernels(e.name, (run_kernel_stages(kernel_stages, e.sink, kernel_name(prefix, e.name, 0), opts),))
+             for e in module.entries]
+  _check_scheduled(schedule or {}, [k.name for e in entries for k in e.kernels])
+  return entries
+
+
+def _check_scheduled(schedule: Mapping[str, tuple], kernels: list[str]) -> None:
+  if unknown := sorted(set(schedule) - set(kernels)):
+    raise CompileError([error(None, f"--opts names kernel {k}, which this build does not have", f"kernels: {', '.join(kernels)}")
+                        for k in unknown])
 
 
 def _compile_tensor_entry(stages: Sequence[Stage], sink: UOp, prefix: str, entry: str, opts: PrintOptions) -> EntryKernels:

@@ -175,7 +175,7 @@ def run_emulated(module: Module, entry: Entry, target: str, args: list[Arg], arr
   from uopc.driver import check_target
   from uopc.pipeline import TENSOR_STAGES, PrintOptions, pipeline, run_kernel_stages
   check_target(target)
-  stages = pipeline(target, module.loc_of)
+  stages = pipeline(target, module.loc_of, relocate=module.relocate)
   names = [s.name for s in stages]
   kernel_stages = [s for s in stages if s.name not in TENSOR_STAGES]
   kernel_stages = kernel_stages[:[s.name for s in kernel_stages].index("linearize") + 1]
