@@ -163,11 +163,18 @@ def _comma_list(ctx, param, value: str | None) -> tuple[str, ...] | None:
 @click.option("-MF", "dep_file", type=click.Path(dir_okay=False), help="Write the dependency file here (implies -MD).")
 @click.option("--allow-custom", is_flag=True, help="Compile CUSTOM/CUSTOMI ops (target source text uopc cannot check).")
 @click.option("--name", default=None, help="NAME of the outputs and prefix of the C symbols (default: FILE's stem).")
+@click.option("--opts", "pinned", multiple=True, metavar="KERNEL:OPTS|@FILE",
+              help="Apply these opts to KERNEL instead of the heuristics, e.g. 'NAME__gemm_k0:SPLIT(1,8,u),SPLIT(0,4,u)' "
+                   "(kernel names as --print-after optimize shows them; 'KERNEL:' alone applies none). Opts: "
+                   "SPLIT(axis,k,type[,top]) with type g l t L R G u r, PADTO(axis,m), SWAP(axis,axis), NOLOCALS, TC(...). "
+                   "@FILE reads one KERNEL:OPTS line per kernel. Repeatable.")
 @compiler_command
-def build(file, target, out_dir, emit, archs, opt_level, print_before, print_after, make_deps, dep_file, allow_custom, name):
+def build(file, target, out_dir, emit, archs, opt_level, print_before, print_after, make_deps, dep_file, allow_custom, name, pinned):
   from uopc.driver import BuildOptions, build as run_build, check_target, lib_name
   from uopc.pipeline import UnknownStageError, check_stage_name
+  from uopc.stages.optimize import parse_schedule
   check_target(target)
+  schedule = parse_schedule(pinned) if pinned else None
   try:
     for stage in print_before + print_after: check_stage_name(target, stage)
     name = lib_name(file, name)
@@ -175,7 +182,8 @@ def build(file, target, out_dir, emit, archs, opt_level, print_before, print_aft
     raise click.UsageError(str(e)) from e
   out = Path(out_dir)
   depfile = Path(dep_file) if dep_file else (out / f"{name}.d" if make_deps else None)
-  run_build(file, BuildOptions(target, out, emit, int(opt_level), print_before, print_after, None, depfile, name, archs or (), allow_custom=allow_custom))
+  run_build(file, BuildOptions(target, out, emit, int(opt_level), print_before, print_after, None, depfile, name, archs or (), allow_custom=allow_custom,
+                               schedule=schedule))
 
 
 _RUN_HELP = """Run entry NAME of FILE on numpy arrays and print every buffer it writes (numpy style).

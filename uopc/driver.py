@@ -27,8 +27,9 @@ from uopc.targets import BuildRequest, Target, UnknownTargetError, get_target
 # build host (breaking reproducible builds). Add it through CFLAGS when building for this machine.
 # -O3 turns the vectoriser on. -ffp-contract=off: no fused multiply-add behind the program's back,
 # so float results match the IR's rounding on every target. -fno-math-errno: math calls need not set
-# errno (kernels never read it), which lets them vectorise without changing any value.
-BASE_CFLAGS = ("-fPIC", "-shared", "-fvisibility=hidden", "-ffp-contract=off", "-fno-math-errno")
+# errno (kernels never read it), which lets them vectorise without changing any value. -pthread: THREAD
+# axes run on worker threads (uopc/targets/c/threads.py).
+BASE_CFLAGS = ("-fPIC", "-shared", "-fvisibility=hidden", "-ffp-contract=off", "-fno-math-errno", "-pthread")
 
 
 class ToolchainError(Exception):
@@ -47,6 +48,7 @@ class BuildOptions:
   depfile: Path | None = None      # where to write Make dependencies; None: none
   name: str | None = None          # NAME; defaults to the input's file stem
   archs: tuple[str, ...] = ()      # GPU architectures; () means the target's defaults
+  schedule: Mapping[str, tuple] | None = None  # kernel name -> the opts --opts pins (uopc.stages.optimize)
   allow_custom: bool = False       # compile CUSTOM/CUSTOMI (unchecked target source text)
   env: Mapping[str, str] = field(default_factory=lambda: os.environ)
 
@@ -107,7 +109,7 @@ def _lower(path: str, opts: BuildOptions, name: str):
   if errors: raise CompileError(errors, {module.path: module.text})
   for d in diags: print(d.format(module.text), file=sys.stderr)
   printing = PrintOptions(frozenset(opts.print_before), frozenset(opts.print_after), opts.print_out or sys.stdout)
-  return compile_module(module, opts.target, name, printing)
+  return compile_module(module, opts.target, name, printing, opts.schedule)
 
 
 def _custom_code(module) -> list:
