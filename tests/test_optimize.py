@@ -242,10 +242,10 @@ def _print_after_optimize(tmp_path, text: str, *opts: str) -> list[str]:
 def test_print_after_optimize_gemm_and_softmax(tmp_path):
   lines = _print_after_optimize(tmp_path, program([gemm(256, 64, 128), softmax(64, 100)]))
   assert lines == [
-    "# *** IR after optimize: p__gemm_k0 ***", "# axes: t32 g2 u4 g16 u8 R16 r4",
-    "# opts: SPLIT(1,8,u),SPLIT(0,4,u),SPLIT(4,4,r),SPLIT(0,32,t,top)",
-    "# *** IR after optimize: p__softmax_k0 ***", "# axes: g8 u8 R25 r4", "# opts: SPLIT(0,8,u),SPLIT(2,4,r)",
-    "# *** IR after optimize: p__softmax_k1 ***", "# axes: g8 u8 R25 r4", "# opts: SPLIT(0,8,u),SPLIT(2,4,r)",
+    "# *** IR after optimize: p__gemm_k0 ***", "# axes: t16 u8 g32 u8 R32 r2",
+    "# opts: SPLIT(1,8,u),SPLIT(0,8,u),SPLIT(4,2,r),SWAP(0,2),SPLIT(0,16,t,top)",
+    "# *** IR after optimize: p__softmax_k0 ***", "# axes: g8 u8 R50 r2", "# opts: SPLIT(0,8,u),SPLIT(2,2,r)",
+    "# *** IR after optimize: p__softmax_k1 ***", "# axes: g8 u8 R50 r2", "# opts: SPLIT(0,8,u),SPLIT(2,2,r)",
     "# *** IR after optimize: p__softmax_k2 ***", "# axes: g64 g25 u4", "# opts: SPLIT(1,4,u)"]
 
 

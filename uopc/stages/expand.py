@@ -103,14 +103,19 @@ class Lanes:
   def pick(self, i: int) -> tuple[UOp, int]: return self.chunks[i // self.width], i % self.width
   def scalar(self, i: int) -> UOp:
     c, j = self.pick(i)
+    if c.op is Ops.STACK: return c.src[j]
     return c if c.dtype.count == 1 else UOp(Ops.GEP, c.dtype.scalar, (c,), (j,))
 
 
 def gather(v: Lanes, lanes: list[int]) -> UOp:
-  """The lanes `lanes` of v as one value (a vector when more than one)."""
+  """The lanes `lanes` of v as one value (a vector when more than one). Lanes of a STACK are taken
+  from its scalars, so a broadcast of a loaded scalar is a splat of that scalar (one shuffle)."""
   picks = [v.pick(i) for i in lanes]
   chunk = picks[0][0]
   dt = chunk.dtype.scalar
+  if chunk.op is Ops.STACK and any(c is not chunk or j != k for k, (c, j) in enumerate(picks)):
+    scalars = [v.scalar(i) for i in lanes]
+    return scalars[0] if len(scalars) == 1 else UOp(Ops.STACK, dt.vec(len(scalars)), tuple(scalars))
   if all(c is chunk for c, _ in picks):
     subs = tuple(j for _, j in picks)
     if chunk.dtype.count == 1: return chunk if len(subs) == 1 else UOp(Ops.STACK, dt.vec(len(subs)), (chunk,) * len(subs))

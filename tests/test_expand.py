@@ -1,0 +1,106 @@
+"""Expand: UPCAST/UNROLL lanes as vectors no wider than the target's, replicated accumulators, vector
+loads and stores where the lanes are contiguous (and aligned on GPUs), per-lane gated accesses,
+reductions folded in loop order, GPU launch axes as SPECIALs. Results against numpy."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from test_optimize import GPU, C, LIB, build_lib, kernels_of, padded, program, random_inputs, reduction, run_func
+from test_tensor_programs import Func, gemm
+from uopc.diagnostics import CompileError
+from uopc.dtype import AddrSpace
+from uopc.launcher import kernel_name
+from uopc.ops import AxisType, Ops
+from uopc.stages.expand import expand
+from uopc.stages.optimize import KernelSchedule, apply_opts, parse_opts, parse_schedule
+
+
+def expanded(f, opts: str, caps=C, kernel: int = 0):
+  k = kernels_of(f.text(), caps)[kernel_name(LIB, f.name, kernel)]
+  opts_ = parse_opts(opts)
+  return expand(KernelSchedule(apply_opts(k, opts_, caps, "k"), opts_, caps))
+
+
+def loads(sink, base: str | None = None):
+  return [u for u in sink.toposort() if u.op is Ops.LOAD and (base is None or u.src[0].src[0].op is Ops.PARAM and u.src[0].src[0].arg[1] == base)]
+
+
+def test_gemm_tile_loads_rows_of_b_as_vectors_and_keeps_a_register_tile():
+  out = expanded(gemm(16, 6, 16), "SPLIT(1,8,u),SPLIT(0,4,u),SPLIT(4,2,r)")
+  assert not [u for u in out.toposort() if u.op is Ops.RANGE and u.arg[1] in (AxisType.UPCAST, AxisType.UNROLL)]
+  assert {u.dtype.count for u in loads(out, "b")} == {4}          # 8 lanes of a row of b: two 4-wide loads per k
+  assert len(loads(out, "b")) == 2 * 2                            # ... for each of the 2 unrolled k
+  assert {u.dtype.count for u in loads(out, "a")} == {1}          # a column of a: scalars, broadcast
+  acc = [u for u in out.toposort() if u.op is Ops.BUFFER and u.dtype.addrspace is AddrSpace.REG]
+  assert [a.dtype.size for a in acc] == [4 * 8]                   # one accumulator per lane of the 4x8 tile
+  assert max(u.dtype.count for u in out.toposort()) <= C.vector_width
+
+
+def test_unrolled_reduction_folds_lanes_in_loop_order():
+  out = expanded(reduction(3, 8, "ADD", 1), "SPLIT(1,4,r)")
+  update = next(u for u in out.toposort() if u.op is Ops.STORE and u.src[1].op is Ops.ADD)
+  chain, terms = update.src[1], []
+  while chain.op is Ops.ADD:
+    terms.append(chain.src[1])
+    chain = chain.src[0]
+  assert chain.op is Ops.LOAD and chain.src[0].src[0].op is Ops.AFTER      # the accumulator, read once
+  terms.reverse()
+  assert [t.op for t in terms] == [Ops.GEP] * 4 and [t.arg for t in terms] == [(0,), (1,), (2,), (3,)]  # lanes in loop order
+  squares = terms[0].src[0]
+  assert all(t.src[0] is squares for t in terms) and squares.op is Ops.MUL and squares.src[0].op is Ops.LOAD
+  assert squares.dtype.count == 4                                         # x*x of 4 consecutive elements, one vector
+
+
+def test_gates_that_differ_per_lane_make_scalar_gated_loads():
+  out = expanded(padded(4, 8), "SPLIT(1,4,u)")
+  gated = [u for u in loads(out, "x") if len(u.src) == 3]
+  assert gated and all(u.dtype.count == 1 for u in gated)
+  assert any(u.dtype.count == 4 for u in loads(out, "x") if len(u.src) == 1)  # the middle tap needs no gate
+
+
+def test_gpu_launch_axes_become_specials_and_vectors_need_alignment():
+  out = expanded(gemm(16, 6, 12), "SPLIT(1,4,u),SPLIT(0,4,l)", GPU)
+  specials = sorted(u.arg for u in out.toposort() if u.op is Ops.SPECIAL)
+  assert specials == ["gidx0", "gidx1", "lidx0"]
+  assert not [u for u in out.toposort() if u.op is Ops.RANGE and u.arg[1] in (AxisType.GLOBAL, AxisType.LOCAL)]
+  assert {u.dtype.count for u in loads(out, "b")} == {4}                   # offsets k*12 + 4*j: multiples of 4
+  f = Func("shifted")
+  x, o = f.param("x", (4, 9)), f.param("out", (4, 8), out=True)
+  f.store(o, f.shrink(x, (0, 1), (4, 8)))
+  assert {u.dtype.count for u in loads(expanded(f, "SPLIT(1,4,u)", GPU), "x")} == {1}  # x[i, j + 1] at i*9 + j + 1: not aligned
+  assert {u.dtype.count for u in loads(expanded(f, "SPLIT(1,4,u)", C), "x")} == {4}    # a CPU loads it unaligned
+
+
+def test_a_store_that_ignores_its_upcast_lanes_is_refused():
+  text = """kernel last {
+  %out = PARAM {(0, "out")} : ptr<f32>
+  %x = PARAM {(1, "x")} : ptr<f32>
+  %r = RANGE(8) {(0, AxisType.LOOP)} : index
+  %xp = INDEX(%x, %r) : ptr<f32>
+  %v = LOAD(%xp) : f32
+  %zero = CONST {0} : index
+  %op = INDEX(%out, %zero) : ptr<f32>
+  %s = STORE(%op, %v)
+  %e = END(%s, %r)
+  SINK(%e)
+}
+"""
+  k = kernels_of(text)[kernel_name(LIB, "last", 0)]
+  opts = parse_opts("SPLIT(0,2,u)")
+  with pytest.raises(CompileError, match="expand: a STORE does not depend on the UPCAST axes"):
+    expand(KernelSchedule(apply_opts(k, opts, C, "k"), opts, C))
+
+
+def test_expanded_kernels_match_numpy(tmp_path):
+  funcs = [gemm(16, 6, 16), reduction(6, 8, "MAX", 0), padded(4, 8)]
+  pins = {f"{LIB}__gemm_k0": "SPLIT(1,8,u),SPLIT(0,4,u),SPLIT(4,3,r)", f"{LIB}__red_max0_k0": "SPLIT(1,2,r),SPLIT(0,4,u)",
+          f"{LIB}__pad3_k0": "SPLIT(1,8,u),SPLIT(0,2,u)"}
+  lib = build_lib(tmp_path, program(funcs), parse_schedule([f"{k}:{v}" for k, v in pins.items()]), "x")
+  x = random_inputs(funcs[0], 0)
+  np.testing.assert_allclose(run_func(lib, funcs[0], x)["c"], x["a"] @ x["b"], rtol=1e-5, atol=1e-5)
+  x = random_inputs(funcs[1], 1)
+  np.testing.assert_array_equal(run_func(lib, funcs[1], x)["out"], x["x"].max(axis=0, keepdims=True))
+  x = random_inputs(funcs[2], 2)
+  p = np.pad(x["x"], ((0, 0), (1, 1)))
+  np.testing.assert_allclose(run_func(lib, funcs[2], x)["out"], p[:, :-2] + p[:, 1:-1] + p[:, 2:], rtol=1e-6)
