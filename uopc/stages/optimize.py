@@ -469,6 +469,7 @@ def optimize(sink: UOp, kernel: str, caps: TargetCaps, pinned: tuple[Opt, ...] |
 
 THREAD_MIN_WORK = 1 << 17  # iterations below which starting threads costs more than it saves
 THREAD_TASKS = 32          # tasks a THREAD axis aims for: enough to balance any core count up to it
+CPU_TILE = (8, 4, 2)       # UPCAST factors tried on a CPU: 8 lanes is two SSE registers (or one AVX one)
 
 
 class _Planner:
@@ -536,13 +537,12 @@ def _cpu_heuristics(plan: _Planner) -> None:
     gemm 1024 on 2 cores with the 4x8 tile and the other order);
   - THREAD tasks over the outermost GLOBAL axis when the kernel is big enough to pay for threads."""
   work = _work(plan.sink)
-  lanes = 2 * plan.caps.vector_width
   inner = _contiguous_output(plan)
   others = [i for i in plan.axes(AxisType.GLOBAL) if i != inner and isinstance(plan.size(i), int)]
-  if inner is not None and plan.split_by_first(inner, (lanes, plan.caps.vector_width, 2), AxisType.UPCAST):
+  if inner is not None and plan.split_by_first(inner, CPU_TILE, AxisType.UPCAST):
     others = [i + (i > inner) for i in others]
   if plan.axes(AxisType.REDUCE):
-    if others and plan.split_by_first(others[-1], (lanes, plan.caps.vector_width, 2), AxisType.UPCAST) and inner is not None:
+    if others and plan.split_by_first(others[-1], CPU_TILE, AxisType.UPCAST) and inner is not None:
       inner += inner > others[-1]
     r = plan.axes(AxisType.REDUCE)[-1]
     if isinstance(plan.size(r), int) and plan.size(r) <= 8: plan.split_by_first(r, (plan.size(r),), AxisType.UNROLL)
