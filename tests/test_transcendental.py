@@ -2,20 +2,27 @@
 C_DECOMPOSED capability table), so the polynomial code runs here. float32: >= 10^6 inputs per function
 spread over the domain (random bit patterns: every binade, subnormals included) plus the special values,
 against float64 numpy rounded to float32 (correctly rounded except in rare double-rounding ties, which
-an mpmath check on a subsample bounds); the bar is SPEC-NOTES's 2 ULP. float16/bfloat16: every bit
-pattern. float64: sampled, against mpmath."""
+an mpmath check on a subsample bounds); the bar is SPEC-NOTES's 2 ULP. SIN is checked over the whole
+finite range too (Payne-Hanek beyond the Cody-Waite range), on values near multiples of pi/2 and on the
+floats closest to multiples of pi in every binade (found by continued fractions, checked against mpmath).
+float16/bfloat16: every bit pattern. float64: sampled, against mpmath."""
 from __future__ import annotations
 
 import math
+from fractions import Fraction
 
 import ml_dtypes
 import mpmath
 import numpy as np
 import pytest
 
-from isel_harness import C_DECOMPOSED, NP, Library, ops_in
+from c_harness import Call, compile_c, run_calls
+from isel_harness import C_DECOMPOSED, NP, Library, elementwise, ops_in
 from uopc.dtype import dtypes
 from uopc.ops import Ops
+from uopc.stages.isel import isel
+from uopc.stages.linearize import linearize
+from uopc.targets.c.render import C_PRELUDE, render_kernel
 from uopc.uop import UOp
 
 RNG = np.random.default_rng(2024)
@@ -24,7 +31,6 @@ SPECIALS = [0.0, -0.0, math.inf, -math.inf, math.nan, 1.0, -1.0, 2.0, 0.5, 1e-45
 UNARY = {Ops.EXP2: np.exp2, Ops.LOG2: np.log2, Ops.SIN: np.sin, Ops.SQRT: np.sqrt}
 MPMATH = {Ops.EXP2: lambda x: mpmath.power(2, x), Ops.LOG2: lambda x: mpmath.log(x, 2), Ops.SIN: mpmath.sin,
           Ops.SQRT: mpmath.sqrt}
-SIN_DOMAIN = 1e4  # SPEC-NOTES's bar for SIN; beyond 12800 (float32) the decomposition gives NaN (no Payne-Hanek yet)
 FLOAT_DTYPES = (dtypes.float16, dtypes.bfloat16, dtypes.float32, dtypes.float64)
 
 
@@ -53,14 +59,48 @@ def ulp_errors(got: np.ndarray, want: np.ndarray) -> np.ndarray:
   return np.where(nan_got & nan_want, 0, np.where(nan_got != nan_want, 2**40, err))
 
 
+def hard_significands(e: int, bits: int) -> list[int]:
+  """Significands M (2^(bits-1) <= M < 2^bits) that bring M * 2^e closest to a multiple of pi, best first:
+  M * 2^e / pi is near an integer when M is a continued fraction denominator of frac(2^e / pi) (a
+  convergent or one of the semiconvergents before it) or a small multiple of one."""
+  with mpmath.workprec(2 * bits + abs(e) + 64): man, exp = (mpmath.mpf(2) ** e / mpmath.pi).man_exp
+  alpha = Fraction(man) * Fraction(2) ** exp
+  alpha -= math.floor(alpha)
+  lo, hi = 1 << (bits - 1), 1 << bits
+  dens, (q0, q1), a = set(), (1, 0), alpha
+  while a and q1 < hi:
+    step = math.floor(a)
+    dens |= {q0 + i * q1 for i in range(max(1, step - 8), step + 1)}
+    q0, q1, a = q1, step * q1 + q0, (1 / (a - step) if a != step else 0)
+  found = {j * q for q in dens for j in range(-(-lo // q), -(-lo // q) + 4) if j * q < hi}
+  return sorted(found, key=lambda m: abs(m * alpha - round(m * alpha)))
+
+
+def near_pi_multiples(bits: int, exponents, per_binade: int, dt) -> np.ndarray:
+  """The hardest inputs for the reduction by pi in each binade, with their neighbours, both signs."""
+  x = np.array([m * 2.0 ** e for e in exponents for m in hard_significands(e, bits)[:per_binade]], dt)
+  x = np.concatenate([x, np.nextafter(x, dt(np.inf)), np.nextafter(x, dt(0))])
+  return np.concatenate([x, -x])
+
+
+def float32_sin_inputs(bits: np.ndarray) -> np.ndarray:
+  """Every binade (bit patterns), the Cody-Waite range densely, the top binade, values near multiples of
+  pi/2 (rounded, then 1 and 2 ULP either side) across the range and the hardest cases of each binade."""
+  half_pis = (np.round(2.0 ** RNG.uniform(0, 127, 40_000)) * (math.pi / 2)).astype(np.float32)
+  up, down = (np.nextafter(half_pis, np.float32(s * np.inf)) for s in (1, -1))
+  near = [half_pis, up, down, np.nextafter(up, np.float32(np.inf)), np.nextafter(down, np.float32(-np.inf))]
+  top = RNG.integers(0x7F000000, 0x7F800000, 20_000, dtype=np.uint64).astype(np.uint32).view(np.float32)
+  return np.concatenate([bits[:500_000], RNG.uniform(-1e4, 1e4, 300_000).astype(np.float32),
+                         RNG.uniform(-4, 4, 100_000).astype(np.float32), *near, top, -top,
+                         near_pi_multiples(24, range(-22, 105), 3, np.float32)])
+
+
 def float32_inputs(op: Ops) -> np.ndarray:
   bits = RNG.integers(0, 2**32, 1_000_000, dtype=np.uint64).astype(np.uint32).view(np.float32)
-  if op is Ops.SIN: x = np.concatenate([RNG.uniform(-1e4, 1e4, 600_000), RNG.uniform(-4, 4, 200_000)]).astype(np.float32)
+  if op is Ops.SIN: x = float32_sin_inputs(bits)
   elif op is Ops.EXP2: x = np.concatenate([RNG.uniform(-151, 129, 900_000).astype(np.float32), bits[:100_000]])
   else: x = bits
-  small = bits[np.abs(bits) < 1e4] if op is Ops.SIN else bits[:0]
-  x = np.concatenate([x, small, np.array(SPECIALS, np.float32)])
-  return x[~(np.abs(x) > SIN_DOMAIN)] if op is Ops.SIN else x
+  return np.concatenate([x, np.array(SPECIALS, np.float32)])
 
 
 def reference(op: Ops, x: np.ndarray, dt) -> np.ndarray:
@@ -89,7 +129,6 @@ def test_float32_against_mpmath_subsample(lib, op):
 @pytest.mark.parametrize("op", list(UNARY), ids=lambda o: o.name)
 def test_half_types_every_bit_pattern(lib, op, dt):
   x = np.arange(2**16, dtype=np.uint16).view(NP[dt])
-  if op is Ops.SIN: x = x[~(np.abs(x.astype(np.float32)) > 1e4)]
   got = lib(f"{op.name.lower()}_{dt.name}", x)
   assert ulp_errors(got, reference(op, x.astype(np.float32), dt)).max() <= 1  # computed in float32, rounded once
 
@@ -98,10 +137,9 @@ def test_half_types_every_bit_pattern(lib, op, dt):
 def test_float64_sampled(lib, op):
   bits = RNG.integers(0, 2**63, 3000, dtype=np.uint64) | (RNG.integers(0, 2, 3000, dtype=np.uint64) << np.uint64(63))
   x = bits.view(np.float64)
-  if op is Ops.SIN: x = RNG.uniform(-1e4, 1e4, 3000)
+  if op is Ops.SIN: x = np.concatenate([RNG.uniform(-1e4, 1e4, 1500), x[:1500]])
   if op is Ops.EXP2: x = RNG.uniform(-1080, 1030, 3000)
   x = np.concatenate([x, np.array(SPECIALS, np.float64)])
-  if op is Ops.SIN: x = x[~(np.abs(x) > SIN_DOMAIN)]
   got = lib(f"{op.name.lower()}_float64", x)
   def ref(v: float) -> float:
     if not math.isfinite(v) or (op in (Ops.LOG2, Ops.SQRT) and v <= 0):
@@ -134,3 +172,41 @@ def test_pow_follows_c(lib):
   got = lib("pow_float32", x, y)
   with np.errstate(all="ignore"): want = np.power(x.astype(np.float64), y.astype(np.float64)).astype(np.float32)
   assert ulp_errors(got, want).max() <= 1
+
+
+def mpmath_sin(x: np.ndarray) -> np.ndarray:
+  with mpmath.workdps(40): return np.array([float(mpmath.sin(mpmath.mpf(float(v)))) for v in x]).astype(x.dtype)
+
+
+def test_sin_closest_to_multiples_of_pi(lib):
+  """The floats nearest to multiples of pi, where the reduction cancels most: float32 in every binade from
+  2 to FLT_MAX (x / pi comes within 2^-29.9 of an integer, at 16367173 * 2^73), float64 in every
+  eighth binade up to DBL_MAX; the reduced argument is their whole result."""
+  x32 = near_pi_multiples(24, range(-22, 105), 2, np.float32)
+  assert np.float32(16367173 * 2.0 ** 73) in x32
+  assert ulp_errors(lib("sin_float32", x32), mpmath_sin(x32)).max() <= 2
+  x64 = near_pi_multiples(53, range(-51, 972, 8), 1, np.float64)
+  assert np.abs(mpmath_sin(x64)).min() < 2.0 ** -55  # truly hard: far closer than a float64 ULP of x
+  assert ulp_errors(lib("sin_float64", x64), mpmath_sin(x64)).max() <= 2
+
+
+def test_sin_reduction_table_is_one_over_two_pi():
+  from uopc.stages.transcendental import _PH_LEAD, _Format, _inv_2pi_words
+  for dt in (dtypes.float32, dtypes.float64):
+    words = _inv_2pi_words(_Format(dt))
+    with mpmath.workprec(32 * len(words) + 64): want = int(mpmath.floor(mpmath.mpf(2) ** (32 * len(words) - _PH_LEAD) / (2 * mpmath.pi)))
+    assert sum(w << (32 * (len(words) - 1 - i)) for i, w in enumerate(words)) == want
+
+
+def test_sin_every_lane_free_of_undefined_behaviour():
+  """Both reductions run on every lane and WHERE picks one, so the unused one must be harmless for any
+  input: built with AddressSanitizer and UBSan, which stop at the first report."""
+  kernels = [(f"sin_{dt.name}", isel(elementwise(lambda x: UOp(Ops.SIN, x.dtype, (x,)), [dt], dt), C_DECOMPOSED))
+             for dt in (dtypes.float32, dtypes.float64)]
+  path = compile_c(C_PRELUDE + "\n".join(render_kernel(linearize(k), name).source for name, k in kernels), sanitize=True)
+  with np.errstate(over="ignore"):
+    calls = [Call(name, (np.zeros(len(x), x.dtype), x, len(x))) for name, x in
+             (("sin_float32", np.array(SPECIALS + [1e-30, 12800.0, 1e30], np.float32)),
+              ("sin_float64", np.array(SPECIALS + [5e-324, 1e20, 1e300, -1.7976931348623157e308], np.float64)))]
+  for (out, x, _), ref in zip((args for args in run_calls(path, calls, sanitize=True)), (np.float32, np.float64)):
+    assert ulp_errors(out, mpmath_sin(np.where(np.isfinite(x), x, 0)).astype(ref))[np.isfinite(x)].max() <= 2
