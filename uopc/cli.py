@@ -162,6 +162,9 @@ def _comma_list(ctx, param, value: str | None) -> tuple[str, ...] | None:
 @click.option("-MD", "make_deps", is_flag=True, help="Write a Make dependency file (DIR/NAME.d unless -MF).")
 @click.option("-MF", "dep_file", type=click.Path(dir_okay=False), help="Write the dependency file here (implies -MD).")
 @click.option("--allow-custom", is_flag=True, help="Compile CUSTOM/CUSTOMI ops (target source text uopc cannot check).")
+@click.option("--fast-math", is_flag=True,
+              help="Allow the target's approximate instructions (e.g. PTX ex2/lg2/sin.approx, fused multiply-add) "
+                   "below the SPEC-NOTES accuracy bar. Off by default.")
 @click.option("--name", default=None, help="NAME of the outputs and prefix of the C symbols (default: FILE's stem).")
 @click.option("--opts", "pinned", multiple=True, metavar="KERNEL:OPTS|@FILE",
               help="Apply these opts to KERNEL instead of the heuristics, e.g. 'NAME__gemm_k0:SPLIT(1,8,u),SPLIT(0,4,u)' "
@@ -169,7 +172,8 @@ def _comma_list(ctx, param, value: str | None) -> tuple[str, ...] | None:
                    "SPLIT(axis,k,type[,top]) with type g l t L R G u r, PADTO(axis,m), SWAP(axis,axis), NOLOCALS, TC(...). "
                    "@FILE reads one KERNEL:OPTS line per kernel. Repeatable.")
 @compiler_command
-def build(file, target, out_dir, emit, archs, opt_level, print_before, print_after, make_deps, dep_file, allow_custom, name, pinned):
+def build(file, target, out_dir, emit, archs, opt_level, print_before, print_after, make_deps, dep_file, allow_custom, fast_math,
+          name, pinned):
   from uopc.driver import BuildOptions, build as run_build, check_target, lib_name
   from uopc.pipeline import UnknownStageError, check_stage_name
   from uopc.stages.optimize import parse_schedule
@@ -183,7 +187,7 @@ def build(file, target, out_dir, emit, archs, opt_level, print_before, print_aft
   out = Path(out_dir)
   depfile = Path(dep_file) if dep_file else (out / f"{name}.d" if make_deps else None)
   run_build(file, BuildOptions(target, out, emit, int(opt_level), print_before, print_after, None, depfile, name, archs or (), allow_custom=allow_custom,
-                               schedule=schedule))
+                               schedule=schedule, fast_math=fast_math))
 
 
 _RUN_HELP = """Run entry NAME of FILE on numpy arrays and print every buffer it writes (numpy style).

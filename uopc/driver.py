@@ -50,6 +50,7 @@ class BuildOptions:
   archs: tuple[str, ...] = ()      # GPU architectures; () means the target's defaults
   schedule: Mapping[str, tuple] | None = None  # kernel name -> the opts --opts pins (uopc.stages.optimize)
   allow_custom: bool = False       # compile CUSTOM/CUSTOMI (unchecked target source text)
+  fast_math: bool = False          # allow the targets' approximate instructions (below the SPEC-NOTES accuracy bar)
   env: Mapping[str, str] = field(default_factory=lambda: os.environ)
 
 
@@ -109,7 +110,7 @@ def _lower(path: str, opts: BuildOptions, name: str):
   if errors: raise CompileError(errors, {module.path: module.text})
   for d in diags: print(d.format(module.text), file=sys.stderr)
   printing = PrintOptions(frozenset(opts.print_before), frozenset(opts.print_after), opts.print_out or sys.stdout)
-  return compile_module(module, opts.target, name, printing, opts.schedule)
+  return compile_module(module, opts.target, name, printing, opts.schedule, opts.fast_math)
 
 
 def _custom_code(module) -> list:

@@ -60,19 +60,28 @@ def _expand(relocate: Callable[[UOp, UOp], None]) -> Callable[[Any, str], UOp]:
   return run
 
 
+def _isel(target: str, fast_math: bool) -> Callable[[UOp, str], UOp]:
+  """Lower the ops `target` lacks (decompositions, transcendentals, division by constants)."""
+  def run(sink: UOp, name: str) -> UOp:
+    from uopc.stages.isel import capabilities, isel
+    return isel(sink, capabilities(target), fast_math)
+  return run
+
+
 def _linearize(sink: UOp, name: str) -> UOp:
   from uopc.stages.linearize import linearize
   return linearize(sink)
 
 
 def pipeline(target: str, loc_of: Callable[[UOp], Any] = lambda u: None, schedule: Mapping[str, tuple] | None = None,
-             relocate: Callable[[UOp, UOp], None] = lambda old, new: None) -> tuple[Stage, ...]:
+             relocate: Callable[[UOp, UOp], None] = lambda old, new: None, fast_math: bool = False) -> tuple[Stage, ...]:
   """`target`'s stages in seed 000's order; `loc_of` lets a renderer point a refusal (an op the target
   lacks) at the source; `schedule` maps kernel names to the opts --opts pins for them; `relocate(old,
-  new)` (Module.relocate) keeps a node's source location on what a stage replaces it with."""
+  new)` (Module.relocate) keeps a node's source location on what a stage replaces it with; `fast_math`
+  lets Instruction Selection and the renderer use the target's approximate instructions."""
   return (Stage("callify", _callify), Stage("rangeify", _rangeify), Stage("optimize", _optimize(target, schedule, relocate)),
-          Stage("expand", _expand(relocate)), Stage("linearize", _linearize), Stage("plan", _plan),
-          Stage("render", get_target(target).render_stage(loc_of)))
+          Stage("expand", _expand(relocate)), Stage("isel", _isel(target, fast_math)), Stage("linearize", _linearize),
+          Stage("plan", _plan), Stage("render", get_target(target).render_stage(loc_of, fast_math)))
 
 
 class UnknownStageError(ValueError):
@@ -123,11 +132,11 @@ def run_kernel_stages(stages: Sequence[Stage], sink: UOp, name: str, opts: Print
 
 
 def compile_module(module: Module, target: str, lib_name: str, opts: PrintOptions = PrintOptions(),
-                   schedule: Mapping[str, tuple] | None = None) -> list[EntryKernels]:
+                   schedule: Mapping[str, tuple] | None = None, fast_math: bool = False) -> list[EntryKernels]:
   """Every entry of `module` lowered through `target`'s pipeline to its rendered kernels; `schedule`
   pins the opts of the kernels it names (see uopc.stages.optimize.parse_schedule)."""
   if not module.entries: raise CompileError([error(None, f"{module.path} has no entries: nothing to build")])
-  stages = pipeline(target, module.loc_of, schedule, module.relocate)
+  stages = pipeline(target, module.loc_of, schedule, module.relocate, fast_math)
   kernel_stages = [s for s in stages if s.name not in TENSOR_STAGES]
   prefix = c_identifier(lib_name)
   opts = replace(opts, names=module.names)

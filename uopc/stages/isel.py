@@ -57,7 +57,8 @@ _EVERYTHING = {op: ALL for op in _SIMPLE + _TRANSCENDENTAL + (Ops.THREEFRY, Ops.
 # C: glibc's exp2/log2/sin/sqrt/pow are within 1 ULP; the prelude has THREEFRY and the floor divisions.
 # LLVM on the host: the intrinsics become the same libm calls.
 # AMD (LLVM for AMDGPU): sqrt and fdiv are correctly rounded, exp2/log2 of 16/32-bit floats are v_exp/v_log
-# (1 ULP); sin is v_sin_f32 (far off at large |x|) and pow has no lowering: decomposed.
+# (1 ULP); sin (v_sin_f32 is far off at large |x|, and the renderer does not emit it) and pow are decomposed,
+# also under --fast-math.
 # CUDA (PTX): sqrt.rn, div.rn and fma.rn are exact; ex2/lg2/sin.approx only under --fast-math.
 # Metal: the precise:: functions are not verified here, so transcendentals are decomposed; the fast
 # versions are used under --fast-math; no float64.
@@ -66,7 +67,7 @@ CAPABILITIES: dict[str, Capabilities] = {
   "llvm": Capabilities(_EVERYTHING),
   "amd": Capabilities({**{op: ALL for op in _SIMPLE + (Ops.SQRT, Ops.FLOORDIV, Ops.FLOORMOD, Ops.THREEFRY)},
                        Ops.EXP2: frozenset({dtypes.float16, dtypes.float32}), Ops.LOG2: frozenset({dtypes.float16, dtypes.float32})},
-                      {Ops.SIN: frozenset({dtypes.float16, dtypes.float32})}, int_division=False, fused_mulacc=True),
+                      {}, int_division=False, fused_mulacc=True),
   "cuda": Capabilities({op: ALL for op in _SIMPLE + (Ops.SQRT,)}, {op: _F16_F32 for op in (Ops.EXP2, Ops.LOG2, Ops.SIN)},
                        int_division=False, fused_mulacc=True),
   "metal": Capabilities({op: ALL for op in _SIMPLE}, {op: _F16_F32 for op in _TRANSCENDENTAL}, float64=False,

@@ -40,13 +40,13 @@ class BuildRequest:
 class Target:
   name: str
   summary: str
-  render: Callable[..., Any]                      # render(linear, kernel_name, loc_of) -> RenderedKernel
+  render: Callable[..., Any]                      # render(linear, kernel_name, loc_of, fast_math) -> RenderedKernel
   artifacts: Callable[[str, tuple[str, ...]], dict[str, str]]  # (NAME, archs) -> {kind: file name}, in --help's order
   build: Callable[[BuildRequest], dict[str, Path]]  # writes the requested kinds, returns {kind: path}
   default_archs: tuple[str, ...] = ()
 
-  def render_stage(self, loc_of: Callable[[Any], Loc | None]) -> Callable[[Any, str], Any]:
-    return lambda linear, kernel_name: self.render(linear, kernel_name, loc_of)
+  def render_stage(self, loc_of: Callable[[Any], Loc | None], fast_math: bool = False) -> Callable[[Any, str], Any]:
+    return lambda linear, kernel_name: self.render(linear, kernel_name, loc_of, fast_math)
 
 
 def param_name(param) -> str:

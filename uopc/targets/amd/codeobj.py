@@ -19,7 +19,7 @@ import sys
 from pathlib import Path
 from typing import Mapping, Sequence
 
-from uopc.targets.llvm.compile import compile_module
+from uopc.targets.llvm.compile import compile_module, parse_and_verify
 from uopc.targets.llvm.render import AMD_ARCHS, render_module
 
 DEFAULT_ARCHS = ("gfx1100",)
@@ -53,9 +53,11 @@ def check_archs(archs: Sequence[str]) -> None:
 
 def code_object(kernels: Sequence, arch: str, module_id: str, opt_level: int = 3) -> tuple[str, bytes]:
   """The ISA text and the relocatable object of `kernels` (rendered with target="amdgcn") for `arch`.
-  Code generation rewrites the IR it runs on, so each output is generated from its own copy."""
+  Code generation rewrites the IR it runs on, and a clone did not always give the same registers, so
+  both are generated from their own parse of the optimised IR's text: the .s is the .o's source."""
   module, tm = compile_module(render_module(kernels, "amdgcn", arch, module_id), "amdgcn", arch, opt_level)
-  return tm.emit_assembly(module.clone()), tm.emit_object(module)
+  optimised = str(module)
+  return tm.emit_assembly(parse_and_verify(optimised)), tm.emit_object(parse_and_verify(optimised))
 
 
 def link(obj: Path, out: Path, linker: str) -> None:

@@ -12,7 +12,7 @@ from uopc.targets import BuildRequest, Target
 from uopc.targets.llvm.render import AMD_ARCHS
 
 
-def _render(linear, name: str, loc_of):
+def _render(linear, name: str, loc_of, fast_math: bool = False):
   from uopc.targets.amd.render import render_kernel
   return render_kernel(linear, name, loc_of)
 

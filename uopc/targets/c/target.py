@@ -6,7 +6,7 @@ from pathlib import Path
 from uopc.targets import BuildRequest, Target
 
 
-def _render(linear, name: str, loc_of):
+def _render(linear, name: str, loc_of, fast_math: bool = False):
   from uopc.targets.c.render import render_kernel
   from uopc.targets.c.threads import thread_tasks
   return render_kernel(thread_tasks(linear), name)

@@ -13,9 +13,9 @@ from uopc.targets import BuildRequest, Target
 DEFAULT_ARCHS = ("sm_80", "sm_90")
 
 
-def _render(linear, name: str, loc_of):
+def _render(linear, name: str, loc_of, fast_math: bool = False):
   from uopc.targets.cuda.ptx import render_kernel
-  return render_kernel(linear, name, loc_of=loc_of)
+  return render_kernel(linear, name, fast_math=fast_math, loc_of=loc_of)
 
 
 def artifacts(name: str, archs: tuple[str, ...] = ()) -> dict[str, str]:

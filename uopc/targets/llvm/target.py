@@ -7,7 +7,7 @@ from pathlib import Path
 from uopc.targets import BuildRequest, Target
 
 
-def _render(linear, name: str, loc_of):
+def _render(linear, name: str, loc_of, fast_math: bool = False):
   from uopc.targets.llvm.render import render_kernel
   return render_kernel(linear, name, "host", None, loc_of)
 

@@ -11,7 +11,7 @@ from uopc.targets import BuildRequest, Target
 MAC_ONLY = ("metallib", "dylib")
 
 
-def _render(linear, name: str, loc_of):
+def _render(linear, name: str, loc_of, fast_math: bool = False):
   from uopc.targets.metal.render import render_kernel
   return render_kernel(linear, name, loc_of)
 
