@@ -16,7 +16,8 @@ OptOps (seed 000's table), composed left to right, each checked before it applie
   size k gets AxisType T, the other keeps the old type. T must be splittable from the axis's type
   (LOCAL from g/L, THREAD from g, UPCAST from g/l/L, UNROLL from R/G, GROUP_REDUCE from R) in the
   table's direction (THREAD is the outer part, LOCAL/UPCAST/UNROLL the inner, GROUP_REDUCE either);
-  LOCAL/GROUP_REDUCE need a target with workgroups, THREAD one with CPU threads.
+  LOCAL/GROUP_REDUCE need a target with workgroups, THREAD one with CPU threads; a LOOP axis becomes
+  LOCAL or UPCAST lanes only when it is parallel (on a GPU, beyond the three grid axes).
 - `PADTO(axis, m)`: the axis runs to the next multiple of m; the extra iterations are masked (every
   LOAD and STORE inside the axis is gated by `index < n`).
 - `SWAP(i, j)`: exchange the positions (nesting) of two axes of the same type.
@@ -395,6 +396,8 @@ def _split(sink: UOp, axes: list[UOp], n: int, size: int, arg: tuple, caps: Targ
   if new_type is AxisType.THREAD and not caps.threads: raise OptError(f"target {caps.name} has no CPU threads")
   if new_type is AxisType.THREAD and any(axis_type(a) is AxisType.THREAD for a in axes): raise OptError("the kernel already has a THREAD axis")
   if new_type not in LOWERED: raise OptError(f"{new_type.name} axes are not lowered yet")
+  if old_type is AxisType.LOOP and new_type in (AxisType.LOCAL, AxisType.UPCAST) and axes[n] not in parallel_axes(sink):
+    raise OptError(f"axis {n} (L) is not proven parallel: its iterations may depend on each other")
   if k < 1 or size % k != 0: raise OptError(f"{k} does not divide the size {size} of axis {n}")
   if new_type is AxisType.LOCAL and math.prod(axis_size(a) for a in axes if axis_type(a) is AxisType.LOCAL) * k > caps.max_local:
     raise OptError(f"more than {caps.max_local} threads in a workgroup")
