@@ -194,6 +194,9 @@ def _root_buffer(u: UOp) -> UOp:
   return u
 
 
+_VECTOR_FLOAT_OPS = {Ops.ADD: "+", Ops.SUB: "-", Ops.MUL: "*", Ops.DIV: "/"}
+
+
 def _c_name(p: KernelParam) -> str:
   """A buffer is `data<slot>` inside the kernel, whatever the program calls it: the user's names could
   clash with the generated ones (val0, alu3) and only the launcher's signature shows them."""
@@ -399,6 +402,11 @@ class _Renderer:
     if any(s.dtype.count != n for s in u.src): raise _fail(f"{u.op.name} mixes vector widths")
     if u.op is Ops.CAST:
       self._vector(u, [cast_expr(self._lane(u.src[0], i), u.src[0].dtype.scalar, u.dtype.scalar) for i in range(n)])
+      return
+    if n > 1 and u.op in _VECTOR_FLOAT_OPS and u.dtype.scalar in (dtypes.float32, dtypes.float64):
+      # whole-vector IEEE arithmetic: each lane is rounded exactly as the scalar op (no contraction), and
+      # the compiler gets SIMD instructions instead of re-assembling lanes
+      self._define(u, f"({self.names[u.src[0]]}{_VECTOR_FLOAT_OPS[u.op]}{self.names[u.src[1]]})", _PREFIX.get(u.op, "alu"))
       return
     src_dt = (u.src[1] if u.op is Ops.WHERE else u.src[0]).dtype.scalar
     self._vector(u, [alu_expr(u.op, u.dtype.scalar, src_dt, [self._lane(s, i) for s in u.src]) for i in range(n)])
