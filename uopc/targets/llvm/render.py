@@ -84,9 +84,12 @@ def _retype(ty: str, scalar: str) -> str:
   return f"<{ty[1:-1].partition(' x ')[0]} x {scalar}>"
 
 
-def _float_one(ty: str) -> str:
-  scalar = ty[1:-1].partition(" x ")[2] if ty.startswith("<") else ty
-  return "0xH3C00" if scalar == "half" else "0x3FF0000000000000"
+def _scalar_type(ty: str) -> str:
+  """The lane type of `ty`: <4 x half> -> half; a scalar type is its own."""
+  return ty[1:-1].partition(" x ")[2] if ty.startswith("<") else ty
+
+
+def _float_one(ty: str) -> str: return "0xH3C00" if _scalar_type(ty) == "half" else "0x3FF0000000000000"
 
 
 def _slot(u: UOp) -> int: return u.arg[0] if isinstance(u.arg, tuple) else u.arg
@@ -472,7 +475,7 @@ class _Kernel:
     if not d.is_float(): return self.value(f"{'fptosi' if is_signed(d) else 'fptoui'} {sty} {x} to {dty}")
     if sty == dty: return x  # bfloat16 -> float32: already a float
     widen = {"half": 16, "float": 32, "double": 64}
-    return self.value(f"{'fpext' if widen[sty] < widen[dty] else 'fptrunc'} {sty} {x} to {dty}")
+    return self.value(f"{'fpext' if widen[_scalar_type(sty)] < widen[_scalar_type(dty)] else 'fptrunc'} {sty} {x} to {dty}")
 
   def to_bf16(self, x: str, src: DType) -> str:
     s, n = src.scalar, src.count
@@ -551,7 +554,7 @@ class _Kernel:
     raise self.fail(u, f"{op.name} is not defined on floats")
 
   def transcendental(self, op: Ops, ty: str, args: tuple[str, ...], u: UOp) -> str:
-    scalar = ty[1:-1].partition(" x ")[2] if ty.startswith("<") else ty
+    scalar = _scalar_type(ty)
     if self.amdgpu and scalar not in _AMDGPU_TRANSCENDENTALS.get(op, ()):
       raise self.fail(u, f"{op.name} on {u.dtype} has no AMDGPU lowering within 2 ULP; it needs Instruction "
                          "Selection's decomposition")
@@ -599,25 +602,29 @@ class _Kernel:
     return self.value(f"select {_retype(ty, 'i1')} {adjust}, {ty} {fixed}, {ty} {r}", "alu")
 
   def threefry(self, u: UOp) -> str:
-    """Threefry-2x32, 20 rounds, exactly as SPEC-NOTES states it, on the 32-bit halves of x and key."""
-    if u.dtype is not dtypes.uint64: raise self.fail(u, "THREEFRY is defined on uint64")
+    """Threefry-2x32, 20 rounds, exactly as SPEC-NOTES states it, on the 32-bit halves of x and key
+    (in every lane of a vector)."""
+    if u.dtype.scalar is not dtypes.uint64: raise self.fail(u, "THREEFRY is defined on uint64")
+    wty = reg_type(u.dtype)
+    ity = _retype(wty, "i32")
+    def op(code: str, a: str, b: str, ty: str = ity) -> str: return self.value(f"{code} {ty} {a}, {b}")
+    def k(value: int, ty: str = ity) -> str: return _splat(str(value), ty)
     halves = []
     for s in u.src[:2]:
-      lo = self.value(f"trunc i64 {self.val(s)} to i32")
-      hi = self.value(f"trunc i64 {self.value(f'lshr i64 {self.val(s)}, 32')} to i32")
+      lo = self.value(f"trunc {wty} {self.val(s)} to {ity}")
+      hi = self.value(f"trunc {wty} {op('lshr', self.val(s), k(32, wty), wty)} to {ity}")
       halves.append((lo, hi))
     (x0, x1), (k0, k1) = halves
-    ks = (k1, self.value(f"xor i32 {self.value(f'xor i32 {k0}, {k1}')}, 466688986"), k0)
-    x = [self.value(f"add i32 {x0}, {ks[2]}"), self.value(f"add i32 {x1}, {ks[0]}")]
+    ks = (k1, op("xor", op("xor", k0, k1), k(466688986)), k0)
+    x = [op("add", x0, ks[2]), op("add", x1, ks[0])]
     for i in range(5):
       for r in THREEFRY_ROTATIONS[i % 2]:
-        x[0] = self.value(f"add i32 {x[0]}, {x[1]}")
-        rot = self.value(f"or i32 {self.value(f'shl i32 {x[1]}, {r}')}, {self.value(f'lshr i32 {x[1]}, {32 - r}')}")
-        x[1] = self.value(f"xor i32 {x[0]}, {rot}")
-      x[0] = self.value(f"add i32 {x[0]}, {ks[i % 3]}")
-      x[1] = self.value(f"add i32 {self.value(f'add i32 {x[1]}, {ks[(i + 1) % 3]}')}, {i + 1}")
-    hi = self.value(f"shl i64 {self.value(f'zext i32 {x[1]} to i64')}, 32")
-    return self.value(f"or i64 {hi}, {self.value(f'zext i32 {x[0]} to i64')}", "alu")
+        x[0] = op("add", x[0], x[1])
+        x[1] = op("xor", x[0], op("or", op("shl", x[1], k(r)), op("lshr", x[1], k(32 - r))))
+      x[0] = op("add", x[0], ks[i % 3])
+      x[1] = op("add", op("add", x[1], ks[(i + 1) % 3]), k(i + 1))
+    hi = op("shl", self.value(f"zext {ity} {x[1]} to {wty}"), k(32, wty), wty)
+    return self.value(f"or {wty} {hi}, {self.value(f'zext {ity} {x[0]} to {wty}')}", "alu")
 
 
 _ALU_OPS = frozenset({Ops.RECIP, Ops.TRUNC, Ops.ADD, Ops.MUL, Ops.MAX, Ops.MOD, Ops.IDIV, Ops.CMPLT, Ops.CMPNE,
