@@ -20,7 +20,7 @@ in one translation unit.
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any, Sequence
 
 from uopc.dtype import DType, dtypes
@@ -71,12 +71,30 @@ class Workspace:
 
 @dataclass(frozen=True)
 class EntryKernels:
-  """One exported entry and the kernels it runs, in order. A kernel is RenderedKernel-shaped:
-  `.name`, `.source` (C defining `void NAME(...)`) and `.params` (KernelParam-shaped, in signature order).
+  """One exported entry and its distinct kernels. A kernel is RenderedKernel-shaped: `.name`, `.source`
+  (C defining `void NAME(...)`) and `.params` (KernelParam-shaped, in signature order). `launches`
+  (Launch-shaped, see uopc.stages.rangeify) run the kernels in order, each binding a kernel's buffer
+  slots to the entry's buffers; without them, each kernel runs once on the buffers of its own slots.
   With a workspace, the entry also gets `_with_workspace` and `_workspace_size` variants."""
   name: str
   kernels: tuple[Any, ...]
   workspace: Workspace | None = None
+  launches: tuple[Any, ...] | None = None
+
+
+def launched(entry: EntryKernels) -> list[tuple[int, Any]]:
+  """(kernel index, kernel) per launch, in run order; the kernel's buffer params carry the slot and
+  name of the entry buffer that launch binds them to."""
+  if entry.launches is None: return list(enumerate(entry.kernels))
+  return [(ln.kernel, _bound(entry.kernels[ln.kernel], ln)) for ln in entry.launches]
+
+
+def _bound(kernel, launch) -> Any:
+  def bind(p):
+    if p.kind != "buffer": return p
+    b = launch.buffer(p.slot)
+    return replace(p, slot=b.slot, name=b.name)
+  return replace(kernel, params=tuple(bind(p) for p in kernel.params))
 
 
 @dataclass(frozen=True)
@@ -124,7 +142,7 @@ def entry_args(entry: EntryKernels) -> list[EntryArg]:
   """The entry's C arguments: every buffer slot of its kernels by slot, then every DEFINE_VAR by name."""
   merged: dict[tuple, EntryArg] = {}
   internal = {slot for slot, _ in entry.workspace.offsets} if entry.workspace else set()
-  for k in entry.kernels:
+  for _, k in launched(entry):
     for p in k.params:
       if p.kind == "buffer" and p.slot in internal: continue
       if p.kind == "var" and p.name == TASK_PARAM: continue  # the worker pool passes it (targets/c/threads.py)
@@ -147,13 +165,13 @@ def _name_arguments(args: list[EntryArg]) -> list[EntryArg]:
   return out
 
 
-def _c_param(a: EntryArg) -> str:
+def c_param(a: EntryArg) -> str:
   if a.kind == "var": return f"int64_t {a.c_name}"
   return f"{'' if a.written else 'const '}{C_TYPES[a.dtype]}* {a.c_name}"
 
 
 def _prototype(prefix: str, entry: EntryKernels, args: list[EntryArg], suffix: str = "", extra: tuple[str, ...] = ()) -> str:
-  return f"int {prefix}_{entry.name}{suffix}({', '.join([_c_param(a) for a in args] + list(extra)) or 'void'})"
+  return f"int {prefix}_{entry.name}{suffix}({', '.join([c_param(a) for a in args] + list(extra)) or 'void'})"
 
 
 _WS_PARAM = "void* workspace"
@@ -175,7 +193,7 @@ def _prototypes(prefix: str, entry: EntryKernels) -> list[str]:
 
 
 # ---- the header ------------------------------------------------------------------------------------------
-def _abi_types() -> str:
+def abi_types() -> str:
   dtype_lines = ",\n".join(f"  {enum} = {value}" for enum, value in DTYPE_ENUM.values())
   status_lines = ",\n".join(f"  {name} = {i}" for i, (name, _) in enumerate(STATUS))
   return f"""#ifndef UOPC_ABI_V1
@@ -239,7 +257,7 @@ def render_header(name: str, entries: Sequence[EntryKernels]) -> str:
 extern "C" {{
 #endif
 
-{_abi_types()}
+{abi_types()}
 
 /* The entries. */
 {protos}
@@ -263,7 +281,7 @@ def kernel_name(prefix: str, entry: str, i: int) -> str:
   return f"{prefix}__{entry}_k{i}"
 
 
-def _checks(args: list[EntryArg]) -> list[str]:
+def arg_checks(args: list[EntryArg]) -> list[str]:
   bufs = [a for a in args if a.kind == "buffer"]
   lines = [f"  if ({a.c_name} == NULL) return UOPC_ERR_NULL_POINTER;" for a in bufs]
   lines += [f"  if ((const void*){w.c_name} == (const void*){o.c_name}) return UOPC_ERR_ALIASED;"
@@ -294,15 +312,15 @@ def _wrapper(prefix: str, entry: EntryKernels) -> str:
   args = entry_args(entry)
   by_key = {(a.kind, a.key): a for a in args}
   offsets = dict(entry.workspace.offsets) if entry.workspace else {}
-  calls = [_kernel_call(kernel_name(prefix, entry.name, i), k, by_key, offsets) for i, k in enumerate(entry.kernels)]
+  calls = [_kernel_call(kernel_name(prefix, entry.name, i), k, by_key, offsets) for i, k in launched(entry)]
   if _threaded(entry): return _threaded_wrapper(prefix, entry, args, calls)
   if entry.workspace is None:
-    return "\n".join([f"{_prototype(prefix, entry, args)} {{", *_checks(args), *calls, "  return UOPC_OK;", "}"])
+    return "\n".join([f"{_prototype(prefix, entry, args)} {{", *arg_checks(args), *calls, "  return UOPC_OK;", "}"])
   fn, size = f"{prefix}_{entry.name}", entry.workspace.size
   forward = ", ".join([a.c_name for a in args] + ["workspace"])
   return "\n".join([
     f"size_t {fn}_workspace_size(void) {{ return {size}; }}",
-    f"{_prototype(prefix, entry, args, '_with_workspace', (_WS_PARAM,))} {{", *_checks(args),
+    f"{_prototype(prefix, entry, args, '_with_workspace', (_WS_PARAM,))} {{", *arg_checks(args),
     "  if (workspace == NULL) return UOPC_ERR_NULL_POINTER;", *calls, "  return UOPC_OK;", "}",
     f"{_prototype(prefix, entry, args)} {{",
     f"  void* workspace = malloc({size});",  # a fresh workspace per call keeps concurrent calls apart
@@ -318,11 +336,11 @@ def _threaded_wrapper(prefix: str, entry: EntryKernels, args: list[EntryArg], ca
   plain = f"{_prototype(prefix, entry, args)} {{ return {fn}_with_threads({', '.join(names + ['0'])}); }}"
   with_threads = _prototype(prefix, entry, args, "_with_threads", (_THREADS_PARAM,))
   if entry.workspace is None:
-    return "\n".join([f"{with_threads} {{", *_checks(args), *calls, "  return UOPC_OK;", "}", plain])
+    return "\n".join([f"{with_threads} {{", *arg_checks(args), *calls, "  return UOPC_OK;", "}", plain])
   run, size = f"{prefix}__{entry.name}_run", entry.workspace.size
   return "\n".join([
     f"size_t {fn}_workspace_size(void) {{ return {size}; }}",
-    f"static int {run}({', '.join([_c_param(a) for a in args] + [_WS_PARAM, _THREADS_PARAM])}) {{", *_checks(args),
+    f"static int {run}({', '.join([c_param(a) for a in args] + [_WS_PARAM, _THREADS_PARAM])}) {{", *arg_checks(args),
     "  if (workspace == NULL) return UOPC_ERR_NULL_POINTER;", *calls, "  return UOPC_OK;", "}",
     f"{_prototype(prefix, entry, args, '_with_workspace', (_WS_PARAM,))} {{ return {run}({', '.join(names + ['workspace', '0'])}); }}",
     f"{with_threads} {{",
@@ -332,12 +350,12 @@ def _threaded_wrapper(prefix: str, entry: EntryKernels, args: list[EntryArg], ca
     "  free(workspace);", "  return status;", "}", plain])
 
 
-def _c_string(s: str) -> str:
+def c_string(s: str) -> str:
   safe = set(b"abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789 _-.,[]()+*/:<>=")
   return '"' + "".join(chr(b) if b in safe else f"\\{b:03o}" for b in s.encode()) + '"'
 
 
-def _metadata(prefix: str, entries: Sequence[EntryKernels]) -> str:
+def metadata_tables(prefix: str, entries: Sequence[EntryKernels]) -> str:
   out = []
   for e in entries:
     rows = []
@@ -346,25 +364,31 @@ def _metadata(prefix: str, entries: Sequence[EntryKernels]) -> str:
       if a.shape:
         shape = f"{prefix}__{e.name}_shape{i}"
         out.append(f"static const int64_t {shape}[] = {{{', '.join(f'INT64_C({d})' for d in a.shape)}}};")
-      rows.append(f"  {{{_c_string(a.name)}, {'UOPC_ARG_VAR' if a.kind == 'var' else 'UOPC_ARG_BUFFER'}, "
-                  f"{DTYPE_ENUM[a.dtype][0]}, {_c_string(a.dtype.name)}, {int(a.written)}, "
+      rows.append(f"  {{{c_string(a.name)}, {'UOPC_ARG_VAR' if a.kind == 'var' else 'UOPC_ARG_BUFFER'}, "
+                  f"{DTYPE_ENUM[a.dtype][0]}, {c_string(a.dtype.name)}, {int(a.written)}, "
                   f"{len(a.shape) if a.shape is not None else -1}, {shape}, INT64_C({a.vmin}), INT64_C({a.vmax})}},")
     table = f"{prefix}__{e.name}_args"
     out.append(f"static const uopc_arg_info {table}[] = {{\n" + "\n".join(rows or ["  {NULL, 0, 0, NULL, 0, 0, NULL, 0, 0},"]) + "\n};")
   out.append(f"static const uopc_entry_info {prefix}__entries[] = {{\n" + "\n".join(
-    f"  {{{_c_string(e.name)}, {len(entry_args(e))}, {prefix}__{e.name}_args}}," for e in entries) + "\n};")
+    f"  {{{c_string(e.name)}, {len(entry_args(e))}, {prefix}__{e.name}_args}}," for e in entries) + "\n};")
   return "\n".join(out)
 
 
-def _accessors(prefix: str, n: int) -> str:
-  cases = "\n".join(f"  case {name}: return {_c_string(msg)};" for name, msg in STATUS)
+def strerror_function(prefix: str, extra: Sequence[tuple[str, str]] = (), before_switch: str = "") -> str:
+  """PREFIX_strerror over the shared status codes plus a target's own (name, message) cases;
+  `before_switch` is C that handles a range of codes a target maps to its driver's messages."""
+  cases = "\n".join(f"  case {name}: return {c_string(msg)};" for name, msg in (*STATUS, *extra))
   return f"""const char* {prefix}_strerror(int code) {{
-  switch (code) {{
+{before_switch}  switch (code) {{
 {cases}
   default: return "unknown uopc status code";
   }}
-}}
-int {prefix}_num_entries(void) {{ return {n}; }}
+}}"""
+
+
+def entry_accessors(prefix: str, n: int) -> str:
+  """The metadata functions every target's library exports over its `PREFIX__entries` table."""
+  return f"""int {prefix}_num_entries(void) {{ return {n}; }}
 const uopc_entry_info* {prefix}_entry_info(int i) {{ return i >= 0 && i < {n} ? &{prefix}__entries[i] : NULL; }}
 int {prefix}_find_entry(const char* name) {{
   for (int i = 0; name != NULL && i < {n}; i++)
@@ -401,11 +425,12 @@ def render_source(name: str, entries: Sequence[EntryKernels], prelude: str) -> s
 
 {kernels}
 
-{_metadata(prefix, entries)}
+{metadata_tables(prefix, entries)}
 
 #pragma GCC visibility push(default)
 {wrappers}
 
-{_accessors(prefix, len(entries))}
+{strerror_function(prefix)}
+{entry_accessors(prefix, len(entries))}
 #pragma GCC visibility pop
 """

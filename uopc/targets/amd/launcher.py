@@ -24,8 +24,8 @@ from __future__ import annotations
 from typing import Sequence
 
 from uopc.diagnostics import CompileError, error
-from uopc.launcher import (EntryArg, EntryKernels, _abi_types, _c_param, _c_string, _checks, _metadata, c_identifier,
-                           entry_args)
+from uopc.launcher import (EntryArg, EntryKernels, abi_types, arg_checks, c_identifier, c_param, c_string, entry_accessors,
+                           entry_args, metadata_tables, strerror_function)
 from uopc.ops import Ops
 from uopc.targets.amd.geometry import MAX_WORKGROUP, Geometry
 from uopc.uop import UOp
@@ -65,7 +65,7 @@ typedef struct ihipStream_t* hipStream_t;
 
 
 def _prototype(prefix: str, entry: EntryKernels, args: list[EntryArg], suffix: str = "", extra: tuple[str, ...] = ()) -> str:
-  return f"int {prefix}_{entry.name}{suffix}({', '.join([*map(_c_param, args), *extra, 'hipStream_t stream'])})"
+  return f"int {prefix}_{entry.name}{suffix}({', '.join([*map(c_param, args), *extra, 'hipStream_t stream'])})"
 
 
 def _prototypes(prefix: str, entry: EntryKernels, args: list[EntryArg]) -> list[str]:
@@ -100,7 +100,7 @@ def render_header(name: str, entries: Sequence[EntryKernels]) -> str:
 extern "C" {{
 #endif
 
-{_abi_types()}
+{abi_types()}
 
 {_header_types()}
 
@@ -128,7 +128,7 @@ def _blob(prefix: str, i: int, data: bytes) -> str:
 def _runtime(prefix: str, code_objects: Sequence[bytes], kernels: list[str]) -> str:
   blobs = "\n".join(_blob(prefix, i, data) for i, data in enumerate(code_objects))
   table = ", ".join(f"{prefix}__code{i}" for i in range(len(code_objects)))
-  names = ", ".join(_c_string(k) for k in kernels)
+  names = ", ".join(c_string(k) for k in kernels)
   return f"""{blobs}
 static const unsigned char* const {prefix}__codes[] = {{{table}}};
 static const char* const {prefix}__kernel_names[] = {{{names}}};
@@ -253,7 +253,7 @@ def _wrapper(prefix: str, entry: EntryKernels, first: int) -> str:
   by_key = {(a.kind, a.key): a for a in args}
   offsets = dict(entry.workspace.offsets) if entry.workspace else {}
   launches = [line for i, k in enumerate(entry.kernels) for line in _kernel_launch(prefix, first + i, k, by_key, offsets)]
-  body = [*_checks(args), *(["  if (workspace == NULL) return UOPC_ERR_NULL_POINTER;"] if offsets else []),
+  body = [*arg_checks(args), *(["  if (workspace == NULL) return UOPC_ERR_NULL_POINTER;"] if offsets else []),
           "  hipFunction_t* functions = NULL;", f"  int status = {prefix}__functions_of_device(&functions);",
           "  if (status != UOPC_OK) return status;", *launches, "  return UOPC_OK;", "}"]
   if entry.workspace is None: return "\n".join([f"{_prototype(prefix, entry, args)} {{", *body])
@@ -268,26 +268,13 @@ def _wrapper(prefix: str, entry: EntryKernels, first: int) -> str:
 
 
 def _accessors(prefix: str, n: int) -> str:
-  from uopc.launcher import STATUS
-  cases = "\n".join([f"  case {name}: return {_c_string(msg)};" for name, msg in STATUS] +
-                    [f"  case {name}: return {_c_string(msg)};" for name, _, msg in HIP_STATUS[:-1]])
-  return f"""const char* {prefix}_strerror(int code) {{
-  if (code >= UOPC_HIP_ERR_RUNTIME) {{
+  runtime_messages = f"""  if (code >= UOPC_HIP_ERR_RUNTIME) {{
     pthread_once(&{prefix}__hip_once, {prefix}__load_hip);
-    return {prefix}__hip.loaded ? {prefix}__hip.GetErrorString(code - UOPC_HIP_ERR_RUNTIME) : {_c_string(HIP_STATUS[-1][2])};
+    return {prefix}__hip.loaded ? {prefix}__hip.GetErrorString(code - UOPC_HIP_ERR_RUNTIME) : {c_string(HIP_STATUS[-1][2])};
   }}
-  switch (code) {{
-{cases}
-  default: return "unknown uopc status code";
-  }}
-}}
-int {prefix}_num_entries(void) {{ return {n}; }}
-const uopc_entry_info* {prefix}_entry_info(int i) {{ return i >= 0 && i < {n} ? &{prefix}__entries[i] : NULL; }}
-int {prefix}_find_entry(const char* name) {{
-  for (int i = 0; name != NULL && i < {n}; i++)
-    if (strcmp({prefix}__entries[i].name, name) == 0) return i;
-  return -1;
-}}"""
+"""
+  own = [(name, msg) for name, _, msg in HIP_STATUS[:-1]]
+  return strerror_function(prefix, own, runtime_messages) + "\n" + entry_accessors(prefix, n)
 
 
 def render_source(name: str, entries: Sequence[EntryKernels], code_objects: Sequence[bytes]) -> str:
@@ -306,7 +293,7 @@ def render_source(name: str, entries: Sequence[EntryKernels], code_objects: Sequ
 {_runtime(prefix, code_objects, kernels)}
 {_workspace_runtime(prefix) if any(e.workspace is not None for e in entries) else ""}
 
-{_metadata(prefix, entries)}
+{metadata_tables(prefix, entries)}
 
 #pragma GCC visibility push(default)
 {wrappers}

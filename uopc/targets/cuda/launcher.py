@@ -23,8 +23,8 @@ from __future__ import annotations
 
 from typing import Sequence
 
-from uopc.launcher import (STATUS, EntryArg, EntryKernels, _abi_types, _c_param, _c_string, _checks, _metadata,
-                           c_identifier, entry_args)
+from uopc.launcher import (EntryArg, EntryKernels, abi_types, arg_checks, c_identifier, c_param, c_string, entry_accessors,
+                           entry_args, metadata_tables, strerror_function)
 from uopc.targets.amd.launcher import size_expr
 
 CUDA_STATUS = (("UOPC_CUDA_ERR_NO_DRIVER", 100, "libcuda.so.1 (the CUDA driver) or one of its functions was not found"),
@@ -62,7 +62,7 @@ typedef struct CUstream_st* CUstream;
 
 
 def _prototype(prefix: str, entry: EntryKernels, args: list[EntryArg]) -> str:
-  return f"int {prefix}_{entry.name}({', '.join([*map(_c_param, args), 'CUstream stream'])})"
+  return f"int {prefix}_{entry.name}({', '.join([*map(c_param, args), 'CUstream stream'])})"
 
 
 def render_header(name: str, entries: Sequence[EntryKernels]) -> str:
@@ -90,7 +90,7 @@ def render_header(name: str, entries: Sequence[EntryKernels]) -> str:
 extern "C" {{
 #endif
 
-{_abi_types()}
+{abi_types()}
 
 {_header_types()}
 
@@ -121,7 +121,7 @@ def _runtime(prefix: str, image: bytes, kernels: list[str]) -> str:
   loads = "\n".join(f'  *(void**)&{p}__cu.{field} = dlsym(lib, "{symbol}");' for field, symbol, _ in _DRIVER_FUNCTIONS)
   all_loaded = " && ".join(f"{p}__cu.{field}" for field, _, _ in _DRIVER_FUNCTIONS)
   return f"""{_image(p, image)}
-static const char* const {p}__kernel_names[] = {{{', '.join(_c_string(k) for k in kernels)}}};
+static const char* const {p}__kernel_names[] = {{{', '.join(c_string(k) for k in kernels)}}};
 enum {{ {p}__NUM_KERNELS = {len(kernels)}, {p}__MAX_CONTEXTS = {MAX_CONTEXTS} }};
 
 typedef int CUresult;
@@ -222,34 +222,22 @@ def _wrapper(prefix: str, entry: EntryKernels, first: int) -> str:
              f"  if (err != 0) return err == {CUDA_ERROR_OUT_OF_MEMORY} ? UOPC_ERR_NO_MEMORY : UOPC_CUDA_ERR_DRIVER + err;"]
     free = [f"  err = {prefix}__cu.MemFreeAsync(workspace, stream);  /* after the kernels, in stream order */",
             "  if (status == UOPC_OK && err != 0) status = UOPC_CUDA_ERR_DRIVER + err;"]
-  return "\n".join([f"{_prototype(prefix, entry, args)} {{", *_checks(args), "  CUfunction* functions = NULL;",
+  return "\n".join([f"{_prototype(prefix, entry, args)} {{", *arg_checks(args), "  CUfunction* functions = NULL;",
                     f"  int status = {prefix}__functions_of_context(&functions);", "  if (status != UOPC_OK) return status;",
                     *alloc, "  do {", *launches, "  } while (0);", *free, "  return status;", "}"])
 
 
 def _accessors(prefix: str, n: int) -> str:
-  cases = "\n".join([f"  case {name}: return {_c_string(msg)};" for name, msg in STATUS] +
-                    [f"  case {name}: return {_c_string(msg)};" for name, _, msg in CUDA_STATUS[:-1]])
-  return f"""const char* {prefix}_strerror(int code) {{
-  if (code >= UOPC_CUDA_ERR_DRIVER) {{
+  driver_messages = f"""  if (code >= UOPC_CUDA_ERR_DRIVER) {{
     const char* message = NULL;
     pthread_once(&{prefix}__cu_once, {prefix}__load_cuda);
     if ({prefix}__cu.loaded && {prefix}__cu.GetErrorString(code - UOPC_CUDA_ERR_DRIVER, &message) == 0 && message != NULL)
       return message;
-    return {_c_string(CUDA_STATUS[-1][2])};
+    return {c_string(CUDA_STATUS[-1][2])};
   }}
-  switch (code) {{
-{cases}
-  default: return "unknown uopc status code";
-  }}
-}}
-int {prefix}_num_entries(void) {{ return {n}; }}
-const uopc_entry_info* {prefix}_entry_info(int i) {{ return i >= 0 && i < {n} ? &{prefix}__entries[i] : NULL; }}
-int {prefix}_find_entry(const char* name) {{
-  for (int i = 0; name != NULL && i < {n}; i++)
-    if (strcmp({prefix}__entries[i].name, name) == 0) return i;
-  return -1;
-}}"""
+"""
+  own = [(name, msg) for name, _, msg in CUDA_STATUS[:-1]]
+  return strerror_function(prefix, own, driver_messages) + "\n" + entry_accessors(prefix, n)
 
 
 def render_source(name: str, entries: Sequence[EntryKernels], image: bytes) -> str:
@@ -268,7 +256,7 @@ def render_source(name: str, entries: Sequence[EntryKernels], image: bytes) -> s
 
 {_runtime(prefix, image, kernels)}
 
-{_metadata(prefix, entries)}
+{metadata_tables(prefix, entries)}
 
 #pragma GCC visibility push(default)
 {wrappers}

@@ -23,8 +23,8 @@ from pathlib import Path
 from typing import Sequence
 
 from uopc.diagnostics import CompileError, error
-from uopc.launcher import (STATUS, EntryKernels, _abi_types, _c_string, _checks, _metadata, c_identifier,
-                           entry_args)
+from uopc.launcher import (EntryKernels, abi_types, arg_checks, c_identifier, c_string, entry_accessors, entry_args,
+                           metadata_tables, strerror_function)
 from uopc.ops import Ops
 from uopc.targets.metal.render import MetalKernel
 from uopc.uop import UOp
@@ -86,7 +86,7 @@ def _entry_function(prefix: str, entry: EntryKernels, first_kernel: int) -> str:
   for i, k in enumerate(entry.kernels):
     pipeline = f"((id<MTLComputePipelineState>)[pipelines objectAtIndex:{first_kernel + i}])"
     body += [f"    [enc setComputePipelineState:{pipeline}];", *_metal_args(k, by_key, offsets), _dispatch(k, var_names, pipeline)]
-  return "\n".join([f"{_prototype(prefix, entry, args)} {{", *_checks(args),
+  return "\n".join([f"{_prototype(prefix, entry, args)} {{", *arg_checks(args),
                     "  @autoreleasepool {",
                     "    id<MTLCommandQueue> q = (__bridge id<MTLCommandQueue>)queue;",
                     "    if (q == nil) return UOPC_ERR_NULL_POINTER;",
@@ -127,7 +127,7 @@ def render_header(name: str, entries: Sequence[EntryKernels]) -> str:
 extern "C" {{
 #endif
 
-{_abi_types()}
+{abi_types()}
 
 #define {prefix}_ERR_METAL {ERR_METAL} /* Metal failed: library compile, pipeline creation or command buffer */
 
@@ -149,7 +149,7 @@ int {prefix}_find_entry(const char* name);          /* the index of an entry, or
 
 
 def _pipelines(prefix: str, kernel_names: list[str]) -> str:
-  names = ", ".join(_c_string(n) for n in kernel_names)
+  names = ", ".join(c_string(n) for n in kernel_names)
   return f"""static const char {prefix}__kernel_names[{len(kernel_names)}][{max(map(len, kernel_names)) + 1}] = {{{names}}};
 static const char {prefix}__pipelines_key = 0; /* its address keys the pipelines on each MTLDevice */
 
@@ -184,7 +184,6 @@ def _c_source_literal(text: str) -> str:
 
 
 def _accessors(prefix: str, n: int) -> str:
-  cases = "\n".join(f"  case {name}: return {_c_string(msg)};" for name, msg in STATUS)
   return f"""int {prefix}_synchronize(void* queue) {{
   if (queue == NULL) return UOPC_ERR_NULL_POINTER;
   @autoreleasepool {{
@@ -194,20 +193,8 @@ def _accessors(prefix: str, n: int) -> str:
     return cb.status == MTLCommandBufferStatusCompleted ? UOPC_OK : {prefix}_ERR_METAL;
   }}
 }}
-const char* {prefix}_strerror(int code) {{
-  switch (code) {{
-{cases}
-  case {prefix}_ERR_METAL: return "Metal failed (library compile, pipeline creation or command buffer)";
-  default: return "unknown uopc status code";
-  }}
-}}
-int {prefix}_num_entries(void) {{ return {n}; }}
-const uopc_entry_info* {prefix}_entry_info(int i) {{ return i >= 0 && i < {n} ? &{prefix}__entries[i] : NULL; }}
-int {prefix}_find_entry(const char* name) {{
-  for (int i = 0; name != NULL && i < {n}; i++)
-    if (strcmp({prefix}__entries[i].name, name) == 0) return i;
-  return -1;
-}}"""
+""" + strerror_function(prefix, [(f"{prefix}_ERR_METAL", "Metal failed (library compile, pipeline creation or command buffer)")]) \
+    + "\n" + entry_accessors(prefix, n)
 
 
 def render_launcher(name: str, entries: Sequence[EntryKernels], metal_source: str) -> str:
@@ -229,7 +216,7 @@ static const char {prefix}__metal_source[] =
 
 {_pipelines(prefix, kernel_names)}
 
-{_metadata(prefix, entries)}
+{metadata_tables(prefix, entries)}
 
 #pragma GCC visibility push(default)
 {functions}
