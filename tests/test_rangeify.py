@@ -39,7 +39,7 @@ class KernelInterpreter:
     if op is Ops.RANGE: return np.int64(self.env[u])
     if op in (Ops.PARAM, Ops.BUFFER):
       if op is Ops.BUFFER: self.memory.setdefault(u, np.zeros(u.dtype.size, np_dtype(u.dtype.base)))
-      return self.memory[u.arg[1] if op is Ops.PARAM else u]
+      return self.memory[u.arg[0] if op is Ops.PARAM else u]  # a PARAM by its slot
     if op is Ops.AFTER:
       for d in src[1:]: self.ev(d)
       return self.ev(src[0])
@@ -74,11 +74,12 @@ class KernelInterpreter:
 
 
 def run_kernels(prog, arrays: dict, variables: dict | None = None) -> dict:
-  """Run a KernelProgram: entry buffers from `arrays` (flattened views), intermediates zero-filled."""
+  """Run a KernelProgram's launches: entry buffers from `arrays` (flattened views), intermediates
+  zero-filled; each launch sees the buffers it binds at its kernel's slots."""
   variables = variables or {}
   def size(b): return int(np.prod([d if isinstance(d, int) else variables[d.arg[0]] for d in b.shape]))
   flat = {b.name: arrays[b.name].reshape(-1) if b.is_arg else np.zeros(size(b), np_dtype(b.dtype)) for b in prog.buffers}
-  for kernel in prog.kernels: KernelInterpreter(flat, variables).ev(kernel)
+  for ln in prog.launches: KernelInterpreter({s: flat[b.name] for s, b in ln.binds}, variables).ev(prog.kernels[ln.kernel])
   return arrays
 
 
@@ -233,7 +234,7 @@ def test_symbolic_size_stays_a_variable():
   assert prog.variables == (n,)
 
 
-def test_call_is_compiled_apart_for_each_call_site():
+def test_call_body_compiles_once_and_runs_at_each_call_site():
   a = param(0, "a", (3, 4))
   body = UOp(Ops.TUPLE, dtypes.void, (reduce(a.alu(Ops.MUL, a), Ops.ADD, (1,)), a.alu(Ops.ADD, const(1.0))))
   x, y = param(0, "x", (3, 4)), param(1, "y", (3, 4))
@@ -242,8 +243,15 @@ def test_call_is_compiled_apart_for_each_call_site():
   c2 = UOp(Ops.CALL, dtypes.void, (body, y))
   def get(c, i): return UOp(Ops.GETTUPLE, f32, (c,), i)
   prog = check(sink(store(o1, get(c1, 0).alu(Ops.ADD, get(c2, 0))), store(o2, get(c2, 1))))
-  # x*2 into a buffer, 2 results per call site, then the two stores: nothing of a CALL is fused
-  assert len(prog.kernels) == 1 + 2 * 2 + 2 and len(prog.intermediates) == 5
+  # kernels: x*2 into a buffer, the body's 2 results (once), the two stores: nothing of a CALL is fused
+  assert len(prog.kernels) == 1 + 2 + 2 and len(prog.intermediates) == 5
+  # launches: x*2, the body at each call site, the two stores
+  assert [ln.kernel for ln in prog.launches] == [0, 1, 2, 1, 2, 3, 4]
+  first, second = prog.launches[1:3], prog.launches[3:5]
+  assert [ln.buffer(0).name for ln in first] == [prog.launches[0].binds[-1][1].name] * 2  # the formal: x*2's buffer
+  assert [ln.buffer(0).name for ln in second] == ["y", "y"]
+  results = [ln.binds[-1][1] for ln in first + second]
+  assert len({b.name for b in results}) == 4 and not any(b.is_arg for b in results)
 
 
 def test_assign_then_read_after_runs_in_order():

@@ -154,10 +154,11 @@ def _check_scheduled(schedule: Mapping[str, tuple], kernels: list[str]) -> None:
 
 
 def _compile_tensor_entry(stages: Sequence[Stage], sink: UOp, prefix: str, entry: str, opts: PrintOptions) -> EntryKernels:
-  """callify, rangeify and plan on the whole program, the kernel-level stages on each of its kernels."""
+  """callify, rangeify and plan on the whole program, the kernel-level stages on each of its distinct
+  kernels (a CALL's body compiles once, whatever the number of call sites)."""
   from uopc.launcher import Workspace
   schedule = run_kernel_stages([s for s in stages if s.name in TENSOR_STAGES], sink, entry, opts)
   kernel_stages = [s for s in stages if s.name not in TENSOR_STAGES]
   kernels = tuple(run_kernel_stages(kernel_stages, k, kernel_name(prefix, entry, i), opts) for i, k in enumerate(schedule.kernels))
   workspace = Workspace(schedule.workspace_size, tuple((p.buffer.slot, p.offset) for p in schedule.placements))
-  return EntryKernels(entry, kernels, workspace if schedule.placements else None)
+  return EntryKernels(entry, kernels, workspace if schedule.placements else None, schedule.launches)

@@ -186,12 +186,13 @@ def run_emulated(module: Module, entry: Entry, target: str, args: list[Arg], arr
     workspace = np.zeros(schedule.workspace_size, np.uint8)
     for p in schedule.placements:
       slots[p.buffer.slot] = workspace[p.offset:p.offset + p.nbytes].view(np_dtype(p.buffer.dtype))
-    kernels = schedule.kernels
-  else: kernels = (entry.sink,)
-  for i, k in enumerate(kernels):
-    linear = run_kernel_stages(kernel_stages, k, f"{entry.name}_k{i}", PrintOptions())
+    linears = [run_kernel_stages(kernel_stages, k, f"{entry.name}_k{i}", PrintOptions()) for i, k in enumerate(schedule.kernels)]
+    # a launch binds the kernel's slots to the program's buffers (a CALL body's kernel runs at each call site)
+    runs = [(linears[ln.kernel], {s: slots[b.slot] for s, b in ln.binds}) for ln in schedule.launches]
+  else: runs = [(run_kernel_stages(kernel_stages, entry.sink, f"{entry.name}_k0", PrintOptions()), slots)]
+  for linear, bound in runs:
     try:
-      emulate(linear, slots, variables, module.loc_of)
+      emulate(linear, bound, variables, module.loc_of)
     except EmulationError as e:
       raise CompileError(e.diagnostics, {module.path: module.text}) from None
 

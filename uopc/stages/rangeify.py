@@ -15,11 +15,14 @@
    AFTER on those RANGEs), `RANGE(.., REDUCE)` loops over the reduced axes with the update STORE, END,
    and a LOAD after the END.
 
-An opaque CALL (kept by Callify) is compiled apart: its arguments go to buffers, and its body's
-kernels write one buffer per result, with the formals bound to the argument buffers of that call.
+An opaque CALL (kept by Callify) is a reusable kernel: its body is rangeified once, as a program of
+its own whose PARAM k is formal k and whose PARAMs after the last formal are its results, and every
+call site launches those kernels with that site's buffers: its arguments (realized into buffers),
+fresh result buffers and fresh intermediates.
 
-The result is a `KernelProgram`: kernel-level SINKs in run order, each with the program buffer
-bound to each of its pointer PARAMs; the memory plan (`uopc.stages.plan`) places the intermediates.
+The result is a `KernelProgram`: the distinct kernel-level SINKs, and the launches in run order, each
+naming a kernel and the program buffer bound to each of its pointer PARAM slots; the memory plan
+(`uopc.stages.plan`) places the intermediates.
 Symbolic sizes (DEFINE_VAR in shapes) stay symbolic: loop bounds and strides use the variables,
 which become run-time arguments of the kernels.
 """
@@ -56,10 +59,22 @@ def format_shape(shape: tuple[sint, ...]) -> str:
 
 
 @dataclass(frozen=True)
+class Launch:
+  """One run of `kernels[kernel]`, with `binds[i] = (kernel slot, buffer)`: the program buffer its pointer
+  PARAM of that slot reads or writes. A kernel of the entry itself uses the buffers' own slots; a
+  CALL body's kernel uses the body's slots, and each call site binds them to its own buffers."""
+  kernel: int
+  binds: tuple[tuple[int, BufferInfo], ...]
+
+  def buffer(self, kernel_slot: int) -> BufferInfo: return next(b for s, b in self.binds if s == kernel_slot)
+
+
+@dataclass(frozen=True)
 class KernelProgram:
-  kernels: tuple[UOp, ...]     # kernel-level SINKs, in run order
+  kernels: tuple[UOp, ...]     # the distinct kernel-level SINKs
   buffers: tuple[BufferInfo, ...]
   variables: tuple[UOp, ...]   # the DEFINE_VARs: run-time sizes, passed to every kernel that uses them
+  launches: tuple[Launch, ...]  # in run order
 
   def buffer(self, name: str) -> BufferInfo: return next(b for b in self.buffers if b.name == name)
   @property
@@ -68,8 +83,9 @@ class KernelProgram:
   def format(self) -> str:
     """The kernel split, for `--print-after rangeify`: the buffers, then each kernel's IR."""
     from uopc.frontend import print_uops
-    lines = [f"# {len(self.kernels)} kernel(s)"]
+    lines = [f"# {len(self.kernels)} kernel(s), {len(self.launches)} launch(es)"]
     lines += [f"# slot {b.slot} {b.name}: {b.dtype}{format_shape(b.shape)} {'argument' if b.is_arg else 'intermediate'}" for b in self.buffers]
+    lines += [f"# launch {i}: kernel {ln.kernel}(" + ", ".join(f"{s}={b.name}" for s, b in ln.binds) + ")" for i, ln in enumerate(self.launches)]
     for i, k in enumerate(self.kernels): lines += [f"# kernel {i}", print_uops(k).rstrip("\n")]
     return "\n".join(lines) + "\n"
 
@@ -338,6 +354,9 @@ class _Rangeify:
     self.buffer_of: dict[UOp, BufferInfo] = {}
     self.kernels: list[UOp] = []
     self.call_results: dict[UOp, list[BufferInfo]] = {}
+    self.callees: dict[UOp, tuple[int, KernelProgram]] = {}
+    self.by_slot: dict[int, BufferInfo] = {}
+    self.launches: list[Launch] = []
     order = _order(sink)
     graph = order + [_strip_after(u.src[0]) for u in order if u.op is Ops.STORE]
     params = list(dict.fromkeys(u for u in graph if u.op is Ops.PARAM))
@@ -362,28 +381,35 @@ class _Rangeify:
     return buf
 
   def call(self, c: UOp) -> None:
-    """An opaque CALL: its arguments in buffers, its body's kernels writing one buffer per result.
-    The body is compiled apart from the caller (never fused into it), with its formals bound to the
-    argument buffers for this call only."""
-    body, formals = c.src[0], bind_arguments(c)
-    arg_bufs = {a: self.buffer_of.get(a) or self.realize(a, lambda buf, a=a: self.kernel(buf, a, None)) for a in c.src[1:]}
-    outer = dict(self.buffer_of)
-    results = [self.realize(v, lambda buf: None) for v in body.src]
-    stores = []
-    for v, buf in zip(body.src, results):
-      target = UOp(Ops.PARAM, v.dtype, (UOp.shape_of(v.shape),), (buf.slot, buf.name))
-      self.buffer_of[target] = buf
-      stores.append(UOp(Ops.STORE, dtypes.void, (target, v)))
-    for p, a in formals.items(): self.buffer_of[p] = arg_bufs[a]
-    self.emit(_order(UOp(Ops.SINK, dtypes.void, tuple(stores))))
-    self.buffer_of = outer
-    self.call_results[c] = results
+    """An opaque CALL: its arguments in buffers, then the launches of its body's kernels (compiled once
+    per body) bound to them, to fresh result buffers and to fresh intermediates of this call site."""
+    bind_arguments(c)  # every formal has an argument of its shape
+    args = [self.buffer_of.get(a) or self.realize(a, lambda buf, a=a: self.kernel(buf, a, None)) for a in c.src[1:]]
+    first, body = self.callee(c.src[0], len(args))
+    site = dict(enumerate(args))
+    for b in body.buffers:
+      if b.slot not in site: site[b.slot] = self.declare(self.fresh_name(), b.dtype, b.shape)
+    self.launches += [Launch(first + ln.kernel, tuple((s, site[b.slot]) for s, b in ln.binds)) for ln in body.launches]
+    self.call_results[c] = [site[len(args) + i] for i in range(len(c.src[0].src))]
+
+  def callee(self, body: UOp, n_args: int) -> tuple[int, KernelProgram]:
+    """The body of a CALL as a program of its own (formals at their slots, result i at slot `n_args + i`),
+    rangeified at its first call; its kernels join this program's from the index returned."""
+    if body not in self.callees:
+      taken = {u.arg[1] for u in body.toposort() if u.op in GroupOp.Buffers}
+      names = [f"result{i}" for i in range(len(body.src))]
+      while taken & set(names): names = ["_" + n for n in names]
+      stores = tuple(UOp(Ops.STORE, dtypes.void, (UOp(Ops.PARAM, v.dtype, (UOp.shape_of(v.shape),), (n_args + i, name)), v))
+                     for i, (v, name) in enumerate(zip(body.src, names)))
+      self.callees[body] = (len(self.kernels), rangeify(UOp(Ops.SINK, dtypes.void, stores)))
+      self.kernels += self.callees[body][1].kernels
+    return self.callees[body]
 
   def declare(self, name: str, dtype: DType, shape, slot: int | None = None) -> BufferInfo:
     """An entry argument (at its slot) or an intermediate (at the next free slot)."""
     if name in self.buffers: raise CompileError([error(None, f"two different buffers are named '{name}'")])
     if slot is None: slot, self.next_slot = self.next_slot, self.next_slot + 1
-    self.buffers[name] = BufferInfo(name, dtype, shape, slot, slot < self.first_temp_slot)
+    self.buffers[name] = self.by_slot[slot] = BufferInfo(name, dtype, shape, slot, slot < self.first_temp_slot)
     return self.buffers[name]
 
   def fresh_name(self) -> str:
@@ -407,10 +433,16 @@ class _Rangeify:
     if gate is not None: srcs += (k.lower(gate, _broadcast_index(idx, gate.shape, out.shape), None),)
     body = UOp(Ops.STORE, dtypes.void, srcs)
     for r in reversed([i for i in idx if i.op is Ops.RANGE]): body = UOp(Ops.END, dtypes.void, (body, r))
-    self.kernels.append(simplify(UOp(Ops.SINK, dtypes.void, (body,))))
+    self.launch(simplify(UOp(Ops.SINK, dtypes.void, (body,))))
+
+  def launch(self, sink: UOp) -> None:
+    """A kernel of this program, run once with its PARAM slots bound to the buffers of those slots."""
+    slots = sorted({u.arg[0] for u in sink.toposort() if u.op is Ops.PARAM})
+    self.launches.append(Launch(len(self.kernels), tuple((s, self.by_slot[s]) for s in slots)))
+    self.kernels.append(sink)
 
 
 def rangeify(sink: UOp) -> KernelProgram:
   """Split a callified tensor program into kernels (see the module docstring)."""
   r = _Rangeify(sink)
-  return KernelProgram(tuple(r.kernels), tuple(sorted(r.buffers.values(), key=lambda b: b.slot)), r.variables)
+  return KernelProgram(tuple(r.kernels), tuple(sorted(r.buffers.values(), key=lambda b: b.slot)), r.variables, tuple(r.launches))
