@@ -28,8 +28,8 @@ from typing import Callable
 from uopc.diagnostics import CompileError, error
 from uopc.dtype import AddrSpace, PtrDType, dtypes
 from uopc.ops import AxisType, GroupOp, Ops
-from uopc.stages.optimize import (KernelSchedule, TargetCaps, Trace, axis_size, axis_type, is_axis, kernel_axes, note, replace_ranges,
-                                  root_buffer, scopes)
+from uopc.stages.optimize import (KernelSchedule, TargetCaps, Trace, accumulator_update, axis_size, axis_type, is_axis, kernel_axes, note,
+                                  replace_ranges, root_buffer, scopes)
 from uopc.symbolic import simplify
 from uopc.uop import UOp
 
@@ -46,8 +46,9 @@ def expand(schedule: KernelSchedule, relocate: Callable[[UOp, UOp], None] = lamb
   """The kernel with its UPCAST/UNROLL axes as vectors (and its launch axes as SPECIALs on GPUs);
   `relocate(old, new)` hands each replaced node's source location to its replacement."""
   sink, caps, trace = schedule.sink, schedule.caps, []
-  if any(_expanded(r) for r in kernel_axes(sink)):
-    sink = _Expander(replicate_accumulators(sink, trace), caps, trace).run()
+  if any(_expanded(r) for r in kernel_axes(sink)): sink = replicate_accumulators(sink, trace)
+  sink = group_reduce(sink, trace)
+  if any(_expanded(r) for r in kernel_axes(sink)): sink = _Expander(sink, caps, trace).run()
   if caps.gpu: sink = launch_axes(sink, trace)
   for old, new in trace: relocate(old, new)
   return sink
@@ -86,6 +87,77 @@ def replicate_accumulators(sink: UOp, trace: Trace | None = None) -> UOp:
     else: memo[u] = u if src == u.src else u.replace(src=src)
     note(trace, u, memo[u])
   return memo[sink]
+
+
+# ---- group reductions --------------------------------------------------------------------------------------
+
+
+def group_reduce(sink: UOp, trace: Trace | None = None) -> UOp:
+  """The GROUP_REDUCE axis g (at most one; Optimize checks that all it does is acc = op(acc, v) into REG
+  accumulators) becomes a LOCAL axis: the workgroup's threads each accumulate their share of the
+  reduction. Each read of an accumulator after the loop becomes the combination of all threads'
+  partials through LOCAL memory (see `_combine`), so every thread holds the reduced value; the
+  kernel's global STOREs, equal on every thread then, are done by thread 0 alone."""
+  g = next((r for r in kernel_axes(sink) if is_axis(r) and axis_type(r) is AxisType.GROUP_REDUCE), None)
+  if g is None: return sink
+  scope = scopes(sink)
+  ops = {root_buffer(u.src[0]): accumulator_update(u) for u in sink.toposort() if u.op is Ops.STORE and g in scope[u]}
+  lid = UOp(Ops.RANGE, dtypes.index, g.src, (g.arg[0], AxisType.LOCAL))
+  first = lid.alu(Ops.CMPLT, _idx(1))
+  names = _Names(sink, len(kernel_axes(sink)))
+  memo: dict[UOp, UOp] = {}
+  for u in sink.toposort():
+    if u is g: new = lid
+    elif u.op is Ops.END and u.src[1] is g: new = memo[u.src[0]]
+    else:
+      src = tuple(memo[s] for s in u.src if not (u.op is Ops.AFTER and s is g))
+      new = u if src == u.src else src[0] if u.op is Ops.AFTER and len(src) == 1 else u.replace(src=src)
+      if u.op is Ops.LOAD and u.src[0].op is Ops.INDEX and root_buffer(u.src[0]) in ops and g not in scope[u]:
+        new = _combine(new, ops[root_buffer(u.src[0])], lid, names)
+      elif u.op is Ops.STORE and u.src[0].op is Ops.INDEX and _is_global(root_buffer(u.src[0])):
+        new = new.replace(src=new.src[:2] + ((new.src[2].alu(Ops.AND, first),) if len(new.src) == 3 else (first,)))
+    memo[u] = new
+    note(trace, u, new)
+  return memo[sink]
+
+
+class _Names:
+  """Fresh BUFFER slots and axis ids for the nodes a group reduction adds."""
+
+  def __init__(self, sink: UOp, axes: int):
+    self.slot = 1 + max((u.arg[0] for u in sink.toposort() if u.op is Ops.BUFFER and isinstance(u.arg, tuple)), default=-1)
+    self.axis = axes
+
+  def buffer(self, dt: PtrDType, name: str) -> UOp:
+    self.slot += 1
+    return UOp(Ops.BUFFER, dt, (), (self.slot - 1, f"{name}{self.slot - 1}"))
+
+  def reduce_axis(self, size: int) -> UOp:
+    self.axis += 1
+    return UOp(Ops.RANGE, dtypes.index, (_idx(size),), (self.axis - 1, AxisType.REDUCE))
+
+
+def _combine(partial: UOp, op: Ops, lid: UOp, names: _Names) -> UOp:
+  """partial = LOAD(acc[off]), this thread's share of a reduction, and the value of all the workgroup's
+  shares: each thread stores its partial to a LOCAL buffer (thread t at t * S + off, S = acc's size),
+  a BARRIER, then every thread folds the k partials in thread order (so all threads get the same bits)
+  into a fresh REG accumulator, and a second BARRIER before the LOCAL buffer can be written again
+  (by the next iteration of an enclosing loop)."""
+  acc, off, k = partial.src[0].dtype, partial.src[0].src[1], axis_size(lid)
+  shared = names.buffer(acc.base.ptr(AddrSpace.LOCAL, acc.size * k), "part")
+  wrote = UOp(Ops.STORE, dtypes.void, (UOp(Ops.INDEX, shared.dtype, (shared, simplify(lid.alu(Ops.MUL, _idx(acc.size)).alu(Ops.ADD, off)))), partial))
+  synced = UOp(Ops.AFTER, shared.dtype, (shared, UOp(Ops.BARRIER, dtypes.void, (wrote,))))
+  def share(t: UOp) -> UOp: return UOp(Ops.LOAD, partial.dtype, (UOp(Ops.INDEX, shared.dtype, (synced, simplify(t.alu(Ops.MUL, _idx(acc.size)).alu(Ops.ADD, off)))),))
+  total = names.buffer(acc.base.ptr(AddrSpace.REG, acc.size), "total")
+  init = UOp(Ops.STORE, dtypes.void, (UOp(Ops.INDEX, total.dtype, (total, off)), share(_idx(0))))
+  j = names.reduce_axis(k - 1)
+  running = UOp(Ops.LOAD, partial.dtype, (UOp(Ops.INDEX, total.dtype, (UOp(Ops.AFTER, total.dtype, (total, init, j)), off)),))
+  fold = UOp(Ops.STORE, dtypes.void, (UOp(Ops.INDEX, total.dtype, (total, off)), UOp(op, partial.dtype, (running, share(j.alu(Ops.ADD, _idx(1)))))))
+  done = UOp(Ops.BARRIER, dtypes.void, (UOp(Ops.END, dtypes.void, (fold, j)),))
+  return UOp(Ops.LOAD, partial.dtype, (UOp(Ops.INDEX, total.dtype, (UOp(Ops.AFTER, total.dtype, (total, done)), off)),))
+
+
+def _is_global(buf: UOp) -> bool: return isinstance(buf.dtype, PtrDType) and buf.dtype.addrspace is AddrSpace.GLOBAL
 
 
 # ---- 2. lanes -------------------------------------------------------------------------------------------

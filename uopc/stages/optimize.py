@@ -17,7 +17,10 @@ OptOps (seed 000's table), composed left to right, each checked before it applie
   (LOCAL from g/L, THREAD from g, UPCAST from g/l/L, UNROLL from R/G, GROUP_REDUCE from R) in the
   table's direction (THREAD is the outer part, LOCAL/UPCAST/UNROLL the inner, GROUP_REDUCE either);
   LOCAL/GROUP_REDUCE need a target with workgroups, THREAD one with CPU threads; a LOOP axis becomes
-  LOCAL or UPCAST lanes only when it is parallel (on a GPU, beyond the three grid axes).
+  LOCAL or UPCAST lanes only when it is parallel (on a GPU, beyond the three grid axes). A GROUP_REDUCE
+  axis (one a kernel) is a workgroup's threads sharing a reduction: its REDUCE axis may only accumulate,
+  acc = op(acc, v) with op ADD/MUL/MAX; Expand combines the threads' partials through LOCAL memory.
+  LOCAL and GROUP_REDUCE threads together are at most the target's workgroup size.
 - `PADTO(axis, m)`: the axis runs to the next multiple of m; the extra iterations are masked (every
   LOAD and STORE inside the axis is gated by `index < n`).
 - `SWAP(i, j)`: exchange the positions (nesting) of two axes of the same type.
@@ -150,12 +153,10 @@ class TargetCaps:
 
 
 def target_caps(target: str) -> TargetCaps:
-  """CPU targets (c, llvm) and GPU targets (cuda, amd, metal). Only the C target's launcher runs THREAD
-  axes so far. The C build is portable x86-64 (SSE: 4 x f32); 8-lane values still pay off there, as two
-  SSE registers of independent work per value (see the heuristics). The llvm target gets its lanes as
-  scalars (LLVM's SLP vectoriser packs them) until its renderer converts every vector dtype."""
-  if target == "c": return TargetCaps(target, gpu=False, threads=True, vector_width=4, aligned_vectors=False)
-  if target == "llvm": return TargetCaps(target, gpu=False, threads=False, vector_width=1, aligned_vectors=False)
+  """CPU targets (c, llvm) and GPU targets (cuda, amd, metal). The CPU targets share the C launcher, which
+  runs THREAD axes on worker threads. Both build for portable x86-64 (SSE: 4 x f32); 8-lane values still
+  pay off there, as two SSE registers of independent work per value (see the heuristics)."""
+  if target in ("c", "llvm"): return TargetCaps(target, gpu=False, threads=True, vector_width=4, aligned_vectors=False)
   return TargetCaps(target, gpu=True, threads=False, vector_width=4, aligned_vectors=True)
 
 
@@ -335,8 +336,8 @@ SPLIT_FROM = {AxisType.LOCAL: {AxisType.GLOBAL, AxisType.LOOP}, AxisType.THREAD:
               AxisType.UNROLL: {AxisType.REDUCE, AxisType.GROUP_REDUCE}, AxisType.GROUP_REDUCE: {AxisType.REDUCE}}
 SPLIT_SIDE = {AxisType.LOCAL: (False,), AxisType.THREAD: (True,), AxisType.UPCAST: (False,), AxisType.UNROLL: (False,),
               AxisType.GROUP_REDUCE: (False, True)}
-# sub-axes the Expand stage and the targets can lower today
-LOWERED = {AxisType.THREAD, AxisType.UPCAST, AxisType.UNROLL, AxisType.LOCAL}
+# the ops of an accumulator update acc = op(acc, v) that a GROUP_REDUCE axis may combine across threads
+GROUP_OPS = (Ops.ADD, Ops.MUL, Ops.MAX)
 
 
 class OptError(Exception):
@@ -395,11 +396,12 @@ def _split(sink: UOp, axes: list[UOp], n: int, size: int, arg: tuple, caps: Targ
   if new_type is AxisType.LOCAL and nolocals: raise OptError("LOCAL after NOLOCALS")
   if new_type is AxisType.THREAD and not caps.threads: raise OptError(f"target {caps.name} has no CPU threads")
   if new_type is AxisType.THREAD and any(axis_type(a) is AxisType.THREAD for a in axes): raise OptError("the kernel already has a THREAD axis")
-  if new_type not in LOWERED: raise OptError(f"{new_type.name} axes are not lowered yet")
+  if new_type is AxisType.GROUP_REDUCE: _check_group_reduce(sink, axes, axes[n])
   if old_type is AxisType.LOOP and new_type in (AxisType.LOCAL, AxisType.UPCAST) and axes[n] not in parallel_axes(sink):
     raise OptError(f"axis {n} (L) is not proven parallel: its iterations may depend on each other")
   if k < 1 or size % k != 0: raise OptError(f"{k} does not divide the size {size} of axis {n}")
-  if new_type is AxisType.LOCAL and math.prod(axis_size(a) for a in axes if axis_type(a) is AxisType.LOCAL) * k > caps.max_local:
+  if new_type in (AxisType.LOCAL, AxisType.GROUP_REDUCE) and \
+     math.prod(axis_size(a) for a in axes if axis_type(a) in (AxisType.LOCAL, AxisType.GROUP_REDUCE)) * k > caps.max_local:
     raise OptError(f"more than {caps.max_local} threads in a workgroup")
   (outer_n, outer_t), (inner_n, inner_t) = ((k, new_type), (size // k, old_type)) if top else ((size // k, old_type), (k, new_type))
   tmp = max(a.arg[0] for a in axes) + 1
@@ -410,6 +412,31 @@ def _split(sink: UOp, axes: list[UOp], n: int, size: int, arg: tuple, caps: Targ
                                       inner if inner in parts else zero))
   split = replace_ranges(sink, {axes[n]: (simplify(value), parts)}, trace)
   return renumber(split, axes[:n] + list(parts) + axes[n + 1:], trace)
+
+
+def _check_group_reduce(sink: UOp, axes: list[UOp], r: UOp) -> None:
+  """A REDUCE axis splits into GROUP_REDUCE threads only when all it does is accumulate into REG
+  buffers, acc = op(acc, v) with an associative op: then each thread's partial accumulator can be
+  combined with the others' after the loop (Expand lowers that through LOCAL memory)."""
+  if any(is_axis(a) and axis_type(a) is AxisType.GROUP_REDUCE for a in axes): raise OptError("the kernel already has a GROUP_REDUCE axis")
+  scope = scopes(sink)
+  for u in sink.toposort():
+    if r not in scope[u]: continue
+    if u.op is Ops.BARRIER: raise OptError(f"axis {r.arg[0]} holds a BARRIER")
+    if u.op in (Ops.LOAD, Ops.STORE) and u.src[0].op is Ops.INDEX and root_buffer(u.src[0]).dtype.addrspace is AddrSpace.LOCAL:
+      raise OptError(f"axis {r.arg[0]} uses LOCAL memory")
+    if u.op is Ops.STORE and accumulator_update(u) is None:
+      raise OptError(f"axis {r.arg[0]} stores something other than an accumulator update acc = op(acc, v) with op ADD, MUL or MAX")
+
+
+def accumulator_update(st: UOp) -> Ops | None:
+  """The op of a STORE acc[i] = op(acc[i], v) to a REG buffer (None when st is not one)."""
+  idx, val = st.src[0], st.src[1]
+  if idx.op is not Ops.INDEX or val.op not in GROUP_OPS: return None
+  acc = root_buffer(idx)
+  if not isinstance(acc.dtype, PtrDType) or acc.dtype.addrspace is not AddrSpace.REG: return None
+  own = any(s.op is Ops.LOAD and s.src[0].op is Ops.INDEX and root_buffer(s.src[0]) is acc and s.src[0].src[1] is idx.src[1] for s in val.src)
+  return val.op if own else None
 
 
 def _padto(sink: UOp, r: UOp, size: int, m: Any, trace: Trace | None) -> UOp:
@@ -559,9 +586,34 @@ def _cpu_heuristics(plan: _Planner) -> None:
                           AxisType.THREAD, top=True)
 
 
+GROUP_MIN = 256                   # reduce sizes from which a workgroup shares one reduction
+GROUP_SIZES = (256, 128, 64, 32)  # its threads: the first that divides the axis and leaves each thread 2 or more elements
+
+
 def _gpu_heuristics(plan: _Planner) -> None:
-  """A workgroup along the contiguous output axis (LOCAL), 4-wide vectors per thread (UPCAST)."""
+  """A long reduction (GROUP_MIN or more) that no output axis reads contiguously (a row sum: one
+  thread per row reads its row with a stride) is shared by a workgroup (GROUP_REDUCE), whose threads
+  read consecutive elements; the output elements go on the grid. Otherwise a workgroup along the
+  contiguous output axis (LOCAL) and 4-wide vectors per thread (UPCAST)."""
+  if _group_reduce(plan): return
   inner = _contiguous_output(plan)
   if inner is None: return
   plan.split_by_first(inner, (4,), AxisType.UPCAST)
   plan.split_by_first(inner, (256, 128, 64, 32, 16, 8, 4, 2), AxisType.LOCAL)
+
+
+def _group_reduce(plan: _Planner) -> bool:
+  """Split a long reduce axis whose reads no output axis makes contiguous into GROUP_REDUCE threads
+  (see _gpu_heuristics), preferring one that the reads walk contiguously; whether it did."""
+  axes = kernel_axes(plan.sink)
+  outputs = {axes[i] for i in plan.axes(AxisType.GLOBAL)}
+  forms = [f[0] for u in _memory_ops(plan.sink) if u.op is Ops.LOAD and _is_global(root_buffer(u.src[0]))
+           and (f := affine(u.src[0].src[1])) is not None]
+  def unit(c: UOp) -> bool: return c.op is Ops.CONST and c.arg == 1
+  def candidate(i: int) -> bool:
+    size, reads = plan.size(i), [f for f in forms if axes[i] in f]
+    return isinstance(size, int) and size >= GROUP_MIN and not any(unit(c) for f in reads for r, c in f.items() if r in outputs)
+  long = [i for i in plan.axes(AxisType.REDUCE) if candidate(i)]
+  if not long: return False
+  r = max(long, key=lambda i: (any(unit(f[axes[i]]) for f in forms if axes[i] in f), plan.size(i)))
+  return plan.split_by_first(r, [k for k in GROUP_SIZES if plan.size(r) // k >= 2], AxisType.GROUP_REDUCE) > 0
