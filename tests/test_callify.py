@@ -1,3 +1,5 @@
+import re
+
 import numpy as np
 import pytest
 
@@ -86,3 +88,138 @@ def test_argument_shape_mismatch_is_a_diagnostic():
   x, y, out = param(0, "x", (4,)), param(1, "y", (3,)), param(2, "out", (3,))
   with pytest.raises(CompileError, match="shape"):
     callify(sink(store(out, get(fn(Ops.FUNCTION, PAIR[:1], x, y), 0))))
+
+
+# ---- a CALL is one reusable kernel (end to end through the CLI) ----------------------------------------------
+# f(a) = (sum(a*a, axis 1), a + 1, a - max(a, axis 1)): the max is read through a broadcast, so the body
+# has an intermediate of its own. The entry calls f on 2*x and on y.
+TWICE = """func twice {
+  %a = PARAM([3, 4]) {(0, "a")} : f32
+  %sq = MUL(%a, %a)
+  %s = REDUCE(%sq) {(ADD, (1,))} : f32
+  %a1 = ADD(%a, 1.0)
+  %m = REDUCE(%a) {(MAX, (1,))} : f32
+  %d = SUB(%a, %m)
+  %body = TUPLE(%s, %a1, %d) : void
+  %x = PARAM([3, 4]) {(0, "x")} : f32
+  %y = PARAM([3, 4]) {(1, "y")} : f32
+  %x2 = MUL(%x, 2.0)
+  %c1 = CALL(%body, %x2) : void
+  %c2 = CALL(%body, %y) : void
+  %o1 = PARAM([3, 1]) {(2, "o1")} : f32
+  %o2 = PARAM([3, 4]) {(3, "o2")} : f32
+  %o3 = PARAM([3, 4]) {(4, "o3")} : f32
+  %r1 = GETTUPLE(%c1) {0} : f32
+  %r2 = GETTUPLE(%c2) {0} : f32
+  %sum = ADD(%r1, %r2)
+  STORE(%o1, %sum)
+  %r3 = GETTUPLE(%c2) {1} : f32
+  STORE(%o2, %r3)
+  %r4 = GETTUPLE(%c1) {2} : f32
+  %r5 = GETTUPLE(%c2) {2} : f32
+  %diff = SUB(%r4, %r5)
+  STORE(%o3, %diff)
+}
+"""
+
+
+def uopc(*args):
+  from click.testing import CliRunner
+  from uopc.cli import cli
+  return CliRunner().invoke(cli, [str(a) for a in args])
+
+
+def twice_reference(x, y):
+  def f(a): return (a * a).sum(1, keepdims=True), a + 1, a - a.max(1, keepdims=True)
+  (s1, _, d1), (s2, a2, d2) = f(2 * x), f(y)
+  return {"o1": s1 + s2, "o2": a2, "o3": d1 - d2}
+
+
+def test_call_body_is_one_kernel_per_result_launched_at_each_site(tmp_path):
+  src = tmp_path / "twice.uop"
+  src.write_text(TWICE)
+  res = uopc("build", src, "-t", "c", "-o", tmp_path, "--print-after", "rangeify")
+  assert res.exit_code == 0, res.output
+  # kernels: 2*x; the body's sum, a + 1, max and a - max (once); the 3 stores. Launches: the body's 4 twice.
+  assert "# 8 kernel(s), 12 launch(es)" in res.output
+  launches = [line for line in res.output.splitlines() if line.startswith("# launch ")]
+  body = [line.split(": ", 1)[1] for line in launches[1:9]]
+  assert [b.split("(")[0] for b in body[:4]] == [b.split("(")[0] for b in body[4:]] == ["kernel 1", "kernel 2", "kernel 3", "kernel 4"]
+  assert all(b.split("(")[1].startswith("0=tmp") for b in body[:4]) and all(b.split("(")[1].startswith("0=y,") for b in body[4:])
+  c = (tmp_path / "twice.c").read_text()
+  assert len(re.findall(r"^void twice__twice_k\d+\(", c, re.M)) == 8  # one C function per distinct kernel
+  wrapper = c[c.index("int twice_twice_with_workspace("):]
+  calls = re.findall(r"^  (twice__twice_k\d+)\((.*)\);$", wrapper, re.M)
+  by_kernel = {}
+  for name, args in calls: by_kernel.setdefault(name, []).append(args)
+  assert sorted(len(v) for v in by_kernel.values()) == [1] * 4 + [2] * 4
+  assert all(len(set(v)) == len(v) for v in by_kernel.values())  # each call site with its own pointers
+
+
+@pytest.mark.parametrize("target,emulate", [("c", False), ("c", True), ("llvm", False)])
+def test_call_twice_matches_numpy(tmp_path, target, emulate):
+  src = tmp_path / "twice.uop"
+  src.write_text(TWICE)
+  rng = np.random.default_rng(0)
+  x, y = rng.standard_normal((3, 4), np.float32), rng.standard_normal((3, 4), np.float32)
+  np.save(tmp_path / "x.npy", x)
+  np.save(tmp_path / "y.npy", y)
+  outs = [f"{o}={tmp_path / o}.npy" for o in ("o1", "o2", "o3")]
+  res = uopc("run", src, "-t", target, *(["--emulate"] if emulate else []), "--input", f"x={tmp_path / 'x.npy'}",
+             "--input", f"y={tmp_path / 'y.npy'}", *(a for o in outs for a in ("--output", o)))
+  assert res.exit_code == 0, res.output
+  for name, want in twice_reference(x, y).items():
+    np.testing.assert_allclose(np.load(tmp_path / f"{name}.npy"), want, rtol=1e-5, atol=1e-6)
+
+
+NESTED = """func nested {
+  %a = PARAM([4]) {(0, "a")} : f32
+  %a3 = MUL(%a, 3.0)
+  %inner = TUPLE(%a3) : void
+  %b = PARAM([4]) {(0, "b")} : f32
+  %ci = CALL(%inner, %b) : void
+  %t = GETTUPLE(%ci) {0} : f32
+  %t1 = ADD(%t, 1.0)
+  %outer = TUPLE(%t1) : void
+  %x = PARAM([4]) {(0, "x")} : f32
+  %y = PARAM([4]) {(1, "y")} : f32
+  %c1 = CALL(%outer, %x) : void
+  %c2 = CALL(%outer, %y) : void
+  %c3 = CALL(%inner, %y) : void
+  %o = PARAM([4]) {(2, "o")} : f32
+  %r1 = GETTUPLE(%c1) {0} : f32
+  %r2 = GETTUPLE(%c2) {0} : f32
+  %r3 = GETTUPLE(%c3) {0} : f32
+  %s = ADD(%r1, %r2)
+  %s2 = MUL(%s, %r3)
+  STORE(%o, %s2)
+}
+"""
+
+
+@pytest.mark.parametrize("emulate", [False, True])
+def test_nested_calls_reuse_the_inner_body(tmp_path, emulate):
+  src = tmp_path / "nested.uop"
+  src.write_text(NESTED)
+  res = uopc("build", src, "-t", "c", "-o", tmp_path, "--print-after", "rangeify")
+  assert res.exit_code == 0, res.output
+  # the outer body's inner CALL and the entry's own CALL of the inner body: its kernel once per body
+  # that calls it (the inner body's 1 in the outer's, 1 in the entry's), the outer's `+ 1`, the store
+  assert "# 4 kernel(s), 6 launch(es)" in res.output
+  x, y = np.array([1, -2, 0.5, 4], np.float32), np.array([3, 0.25, -1, 2], np.float32)
+  np.save(tmp_path / "x.npy", x)
+  np.save(tmp_path / "y.npy", y)
+  res = uopc("run", src, *(["--emulate"] if emulate else []), "--input", f"x={tmp_path / 'x.npy'}",
+             "--input", f"y={tmp_path / 'y.npy'}", "--output", f"o={tmp_path / 'o.npy'}")
+  assert res.exit_code == 0, res.output
+  np.testing.assert_allclose(np.load(tmp_path / "o.npy"), (3 * x + 1 + 3 * y + 1) * (3 * y), rtol=1e-6)
+
+
+def test_call_with_another_shape_is_located(tmp_path):
+  src = tmp_path / "shapes.uop"
+  src.write_text(TWICE.replace('%y = PARAM([3, 4])', '%y = PARAM([3, 5])'))
+  res = uopc("build", src, "-t", "c", "-o", tmp_path)
+  assert res.exit_code == 1
+  line = 1 + TWICE.splitlines().index("  %c2 = CALL(%body, %y) : void")
+  assert res.output.splitlines()[:3] == [f"{src}:{line}:3: error: CALL argument 0 has shape (3, 5) but PARAM 0 has (3, 4)",
+                                         "  %c2 = CALL(%body, %y) : void", "  ^"]
