@@ -1,0 +1,201 @@
+"""GROUP_REDUCE on GPU targets: a reduce axis shared by a workgroup's threads, their partials combined
+through LOCAL memory. The lowered kernels run in the reference emulator (workgroups in lock step,
+missing BARRIERs and uninitialised LOCAL reads are errors), and the targets' tools accept them.
+
+Results: integer ADD and float MAX must equal numpy's exactly (their order does not matter); float
+ADD within float32 tolerance of a float64 sum, since the threads' partials change the order of the
+additions (thread t sums elements t, t + k, ... then the partials are added in thread order)."""
+from __future__ import annotations
+
+import functools
+import subprocess
+import tempfile
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+import uopc.pipeline
+from test_amd_codeobj import LLVM_MC
+from test_cuda_ptx import needs_ptxas, ptxas_accepts
+from test_metal import metal_syntax_errors, needs_clang
+from test_optimize import GPU, C, kernels_of, program, reduction
+from test_tensor_programs import Func, gemm, layernorm, softmax
+from uopc.diagnostics import CompileError
+from uopc.driver import BuildOptions, build
+from uopc.dtype import AddrSpace
+from uopc.frontend import load_module
+from uopc.ops import AxisType, Ops
+from uopc.pipeline import compile_module
+from uopc.run import run_file
+from uopc.stages.expand import expand
+from uopc.stages.optimize import KernelSchedule, apply_opts, heuristic_opts, parse_opts, parse_schedule, target_caps
+from uopc.targets.amd.codeobj import code_object
+
+
+def row_reduce(rows: int, n: int, op: str, dtype: str = "f32") -> Func:
+  f = Func(f"rows_{op.lower()}")
+  x, out = f.param("x", (rows, n), dtype), f.param("out", (rows, 1), dtype, out=True)
+  f.store(out, f.reduce(x, op, (1,)))
+  return f
+
+
+def emulated(tmp_path, monkeypatch, f: Func, inputs: dict[str, np.ndarray], opts: str | None, target: str = "cuda") -> dict:
+  """f's buffers after its kernels ran in the emulator as -t target lowers them, with `opts` pinned on
+  its first kernel (None: the heuristics)."""
+  schedule = parse_schedule([f"{f.name}__{f.name}_k0:{opts}"]) if opts is not None else None
+  monkeypatch.setattr(uopc.pipeline, "pipeline", functools.partial(uopc.pipeline.pipeline, schedule=schedule))
+  path = tmp_path / f"{f.name}.uop"
+  path.write_text(f.text())
+  return run_file(path, target=target, inputs=inputs, emulated=True).arrays
+
+
+def lowered(f: Func, opts: str, caps=GPU):
+  kernel = next(iter(kernels_of(f.text(), caps).values()))
+  parsed = parse_opts(opts)
+  return expand(KernelSchedule(apply_opts(kernel, parsed, caps, "k"), parsed, caps))
+
+
+# ---- the heuristics --------------------------------------------------------------------------------------
+
+
+def _heuristics(f: Func, caps=GPU) -> list[str]:
+  return [",".join(map(str, heuristic_opts(k, caps))) for k in kernels_of(f.text(), caps).values()]
+
+
+def test_gpu_heuristics_share_long_row_reductions_across_a_workgroup():
+  assert _heuristics(row_reduce(4096, 4096, "ADD")) == ["SPLIT(1,256,G)"]
+  assert _heuristics(row_reduce(64, 512, "MAX")) == ["SPLIT(1,256,G)"]
+  assert _heuristics(row_reduce(64, 256, "MAX")) == ["SPLIT(1,128,G)"]  # each thread keeps 2 elements
+  assert _heuristics(softmax(4096, 4096)) == ["SPLIT(1,256,G)", "SPLIT(1,256,G)", "SPLIT(1,4,u),SPLIT(1,256,l)"]
+  assert _heuristics(layernorm(64, 1024))[:2] == ["SPLIT(1,256,G)", "SPLIT(1,256,G)"]
+
+
+def test_gpu_heuristics_keep_threads_per_output_where_outputs_read_contiguously_or_reductions_are_short():
+  assert _heuristics(gemm(64, 1024, 64)) == ["SPLIT(1,4,u),SPLIT(1,16,l)"]       # b's rows: coalesced along n
+  assert "G" not in _heuristics(reduction(1024, 512, "MAX", 0))[0]               # column max: coalesced along columns
+  assert "G" not in _heuristics(row_reduce(64, 128, "ADD"))[0]                   # too short to share
+  assert "G" not in ",".join(_heuristics(softmax(64, 4096), C) + _heuristics(softmax(64, 4096), target_caps("llvm")))
+
+
+# ---- the opt and its refusals --------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("opts, caps, message", [
+  ("SPLIT(1,32,G)", C, "GROUP_REDUCE needs workgroups; target c is a CPU"),
+  ("SPLIT(0,2,G)", GPU, "GROUP_REDUCE (G) cannot be split from GLOBAL (g); only from R"),
+  ("SPLIT(1,8,G),SPLIT(1,2,G)", GPU, "the kernel already has a GROUP_REDUCE axis"),
+  ("SPLIT(0,128,l),SPLIT(2,4,G)", GPU, "more than 256 threads in a workgroup"),
+  ("SPLIT(1,128,G),SPLIT(0,4,l)", GPU, "more than 256 threads in a workgroup"),
+])
+def test_group_reduce_refusals_name_kernel_and_opt(opts, caps, message):
+  kernel = next(iter(kernels_of(row_reduce(512, 512, "ADD").text(), caps).values()))
+  with pytest.raises(CompileError) as e:
+    apply_opts(kernel, parse_opts(opts), caps, "t__rows_add_k0")
+  msg = e.value.diagnostics[0].message
+  assert msg.startswith("kernel t__rows_add_k0: cannot apply ") and message in msg, msg
+
+
+def test_lowering_shares_partials_through_local_memory_between_two_barriers():
+  out = lowered(row_reduce(8, 512, "ADD"), "SPLIT(1,64,G)")
+  nodes = out.toposort()
+  assert sorted(u.arg for u in nodes if u.op is Ops.SPECIAL) == ["gidx0", "lidx0"]
+  local = [u for u in nodes if u.op is Ops.BUFFER and u.dtype.addrspace is AddrSpace.LOCAL]
+  assert [b.dtype.size for b in local] == [64]                     # one partial per thread
+  assert sum(u.op is Ops.BARRIER for u in nodes) == 2
+  assert not [u for u in nodes if u.op is Ops.RANGE and u.arg[1] is AxisType.GROUP_REDUCE]
+  stores = [u for u in nodes if u.op is Ops.STORE and u.src[0].src[0].op is Ops.PARAM]
+  assert len(stores) == 1 and len(stores[0].src) == 3              # the row's sum: stored by thread 0 alone
+
+
+def test_upcast_outputs_share_one_local_buffer_lane_by_lane():
+  out = lowered(row_reduce(8, 512, "ADD"), "SPLIT(1,32,G),SPLIT(0,4,u)")
+  local = [u for u in out.toposort() if u.op is Ops.BUFFER and u.dtype.addrspace is AddrSpace.LOCAL]
+  assert [b.dtype.size for b in local] == [4 * 32]
+  assert {u.src[1].dtype.count for u in out.toposort() if u.op is Ops.STORE and u.src[0].src[0] in local} == {4}  # one vector store
+
+
+# ---- results in the emulator --------------------------------------------------------------------------
+
+OPTS = [None, "SPLIT(1,32,G)", "SPLIT(1,32,G,top)", "SPLIT(1,16,G),SPLIT(0,4,u)", "SPLIT(1,16,G),SPLIT(1,4,r)",
+        "SPLIT(1,64,G),SPLIT(2,2,r)", "SPLIT(1,8,G),SPLIT(0,2,l)", "SPLIT(1,512,G)"]
+
+
+@pytest.mark.parametrize("opts", OPTS)
+def test_integer_sums_are_exact(tmp_path, monkeypatch, opts):
+  x = np.random.default_rng(0).integers(-2**20, 2**20, (8, 512)).astype(np.int32)
+  got = emulated(tmp_path, monkeypatch, row_reduce(8, 512, "ADD", "i32"), {"x": x}, opts)["out"]
+  np.testing.assert_array_equal(got, x.sum(1, dtype=np.int32, keepdims=True))
+
+
+@pytest.mark.parametrize("opts", OPTS)
+def test_float_max_is_exact(tmp_path, monkeypatch, opts):
+  x = np.random.default_rng(1).standard_normal((8, 512)).astype(np.float32)
+  x[3] = -np.inf
+  x[5, 17] = 1e30
+  got = emulated(tmp_path, monkeypatch, row_reduce(8, 512, "MAX"), {"x": x}, opts)["out"]
+  np.testing.assert_array_equal(got, x.max(1, keepdims=True))
+
+
+@pytest.mark.parametrize("opts", OPTS[:4])
+def test_float_sums_agree_within_float_tolerance(tmp_path, monkeypatch, opts):
+  x = np.random.default_rng(2).standard_normal((8, 512)).astype(np.float32)
+  got = emulated(tmp_path, monkeypatch, row_reduce(8, 512, "ADD"), {"x": x}, opts)["out"]
+  np.testing.assert_allclose(got, x.astype(np.float64).sum(1, keepdims=True), rtol=0, atol=512 * 4 * np.finfo(np.float32).eps)
+
+
+@pytest.mark.parametrize("target", ["cuda", "amd", "metal"])
+def test_softmax_and_layernorm_with_the_heuristics_run_clean(tmp_path, monkeypatch, target):
+  rng = np.random.default_rng(3)
+  x = rng.standard_normal((4, 1024)).astype(np.float32)
+  got = emulated(tmp_path, monkeypatch, softmax(4, 1024), {"x": x}, None, target)["out"]
+  e = np.exp(x.astype(np.float64) - x.max(1, keepdims=True))
+  np.testing.assert_allclose(got, e / e.sum(1, keepdims=True), rtol=1e-5, atol=1e-9)
+  g, b = rng.standard_normal(1024).astype(np.float32), rng.standard_normal(1024).astype(np.float32)
+  got = emulated(tmp_path, monkeypatch, layernorm(4, 1024), {"x": x, "gamma": g, "beta": b}, None, target)["out"]
+  x64 = x.astype(np.float64)
+  want = (x64 - x64.mean(1, keepdims=True)) / np.sqrt(x64.var(1, keepdims=True) + 1e-5) * g + b
+  np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-5)
+
+
+# ---- the targets' tools accept the kernels -------------------------------------------------------------
+
+WORKLOADS = program([softmax(64, 4096), row_reduce(64, 1024, "MAX", "i32"), row_reduce(16, 4096, "ADD", "f16")])
+
+
+def _build(tmp_path, target: str, **kw) -> Path:
+  (tmp_path / "g.uop").write_text(WORKLOADS)
+  build(tmp_path / "g.uop", BuildOptions(target=target, out_dir=tmp_path / "out", **kw))
+  return tmp_path / "out"
+
+
+def test_workloads_use_group_reduce():
+  text = "\n".join(_heuristics(f)[0] for f in (softmax(64, 4096), row_reduce(64, 1024, "MAX", "i32"), row_reduce(16, 4096, "ADD", "f16")))
+  assert text.count("G)") == 3
+
+
+@needs_ptxas
+@pytest.mark.parametrize("arch", ["sm_80", "sm_90"])
+def test_ptxas_accepts_group_reductions(tmp_path, arch):
+  ptx = (_build(tmp_path, "cuda", emit=("ptx",)) / "g.ptx").read_text()
+  assert "bar.sync" in ptx and ".shared" in ptx
+  ptxas_accepts(ptx, arch, tmp_path)
+
+
+@pytest.mark.skipif(LLVM_MC is None, reason="llvm-mc not found (Debian: apt-get install llvm-19)")
+def test_llvm_mc_assembles_amd_group_reductions(tmp_path):
+  (tmp_path / "g.uop").write_text(WORKLOADS)
+  kernels = [k for e in compile_module(load_module(str(tmp_path / "g.uop")), "amd", "g") for k in e.kernels]
+  asm, _ = code_object(kernels, "gfx90a", "g", 3)
+  assert "s_barrier" in asm and "ds_" in asm
+  with tempfile.TemporaryDirectory() as tmp:
+    done = subprocess.run([LLVM_MC[0], "-triple=amdgcn-amd-amdhsa", "-mcpu=gfx90a", "-filetype=obj", "-o", f"{tmp}/k.o", "-"],
+                          input=asm, capture_output=True, text=True)
+  assert done.returncode == 0, done.stderr[:4000]
+
+
+@needs_clang
+def test_metal_group_reductions_pass_clang(tmp_path):
+  source = (_build(tmp_path, "metal", emit=("source",)) / "g.metal").read_text()
+  assert "threadgroup_barrier" in source and "threadgroup " in source
+  assert metal_syntax_errors(source) == ""
