@@ -80,11 +80,11 @@ CHECK: if (n < INT64_C(1) || n > INT64_C(4096)) return UOPC_ERR_VAR_RANGE;
 CHECK: [enc setBuffer:(__bridge id<MTLBuffer>)(void*)out offset:0 atIndex:0];
 CHECK-NEXT: [enc setBuffer:(__bridge id<MTLBuffer>)(void*)x offset:0 atIndex:1];
 CHECK-NEXT: { int32_t v = (int32_t)n; [enc setBytes:&v length:sizeof(v) atIndex:2]; }
-CHECK-NEXT: [enc dispatchThreadgroups:MTLSizeMake((NSUInteger)n, (NSUInteger)INT64_C(1), (NSUInteger)INT64_C(1)) threadsPerThreadgroup:MTLSizeMake((NSUInteger)INT64_C(16), (NSUInteger)INT64_C(1), (NSUInteger)INT64_C(1))];
+CHECK-NEXT: [enc dispatchThreadgroups:MTLSizeMake((NSUInteger)(int64_t)n, (NSUInteger)INT64_C(1), (NSUInteger)INT64_C(1)) threadsPerThreadgroup:MTLSizeMake((NSUInteger)INT64_C(16), (NSUInteger)INT64_C(1), (NSUInteger)INT64_C(1))];
 CHECK: int lib_sum(void* queue, void* out, const void* x) {
 CHECK: [enc dispatchThreadgroups:MTLSizeMake((NSUInteger)INT64_C(1), (NSUInteger)INT64_C(1), (NSUInteger)INT64_C(1)) threadsPerThreadgroup:MTLSizeMake((NSUInteger)INT64_C(1), (NSUInteger)INT64_C(1), (NSUInteger)INT64_C(1))];
 CHECK: int lib_flat(void* queue, void* out, int64_t n) {
-CHECK: [enc dispatchThreads:MTLSizeMake((NSUInteger)n, (NSUInteger)INT64_C(1), (NSUInteger)INT64_C(1)) threadsPerThreadgroup:MTLSizeMake(MIN(((id<MTLComputePipelineState>)[pipelines objectAtIndex:2]).maxTotalThreadsPerThreadgroup, (NSUInteger)n), 1, 1)];
+CHECK: [enc dispatchThreads:MTLSizeMake((NSUInteger)(int64_t)n, (NSUInteger)INT64_C(1), (NSUInteger)INT64_C(1)) threadsPerThreadgroup:MTLSizeMake(MIN(((id<MTLComputePipelineState>)[pipelines objectAtIndex:2]).maxTotalThreadsPerThreadgroup, (NSUInteger)(int64_t)n), 1, 1)];
 CHECK: int lib_synchronize(void* queue) {
 """)
 

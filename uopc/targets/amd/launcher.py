@@ -7,7 +7,7 @@ code object (.hsaco) per arch and, at first use, loads `libamdhip64.so` with dlo
 `hipGetDevice`, `hipModuleLoadData`, `hipModuleGetFunction`, `hipModuleLaunchKernel`,
 `hipGetErrorString`. Per device, the first embedded code object the runtime accepts is loaded once
 (under a mutex) and its functions cached. A launch's grid and block come from the kernel's SPECIALs
-(`uopc/targets/amd/geometry.py`), symbolic sizes computed from the DEFINE_VAR arguments; an empty grid
+(`uopc/targets/geometry.py`), symbolic sizes computed from the DEFINE_VAR arguments; an empty grid
 launches nothing. An entry whose kernels pass intermediate buffers (the memory plan's workspace) also
 gets `PREFIX_ENTRY_workspace_size()` and `PREFIX_ENTRY_with_workspace(..., void* workspace, stream)`
 taking device memory of that size; the plain entry allocates it on the stream (`hipMallocAsync`,
@@ -23,35 +23,15 @@ from __future__ import annotations
 
 from typing import Sequence
 
-from uopc.diagnostics import CompileError, error
 from uopc.launcher import (EntryArg, EntryKernels, abi_types, arg_checks, c_identifier, c_param, c_string, entry_accessors,
                            entry_args, metadata_tables, strerror_function)
-from uopc.ops import Ops
-from uopc.targets.amd.geometry import MAX_WORKGROUP, Geometry
-from uopc.uop import UOp
+from uopc.targets.geometry import MAX_WORKGROUP, Geometry, size_expr
 
 HIP_STATUS = (("UOPC_HIP_ERR_NO_RUNTIME", 100, "libamdhip64.so (the HIP runtime) or a function it needs was not found"),
               ("UOPC_HIP_ERR_NO_CODE_OBJECT", 101, "none of the library's code objects runs on this GPU"),
               ("UOPC_HIP_ERR_LAUNCH_SIZE", 102, "a grid or workgroup size is outside what a HIP launch accepts"),
               ("UOPC_HIP_ERR_RUNTIME", 1000, "the HIP runtime reported an error"))
 MAX_DEVICES = 64
-
-_C_BINARY = {Ops.ADD: "+", Ops.MUL: "*", Ops.IDIV: "/", Ops.MOD: "%", Ops.SUB: "-"}
-
-
-def size_expr(size, var_names: dict[str, str]) -> str:
-  """A launch size as a C int64_t expression over the entry's DEFINE_VAR arguments."""
-  if isinstance(size, int): return f"INT64_C({size})"
-  u: UOp = size
-  if u.op is Ops.CONST: return f"INT64_C({int(u.arg)})"
-  if u.op is Ops.DEFINE_VAR: return f"(int64_t){var_names[u.arg[0]]}"
-  if u.op in _C_BINARY: return f"({size_expr(u.src[0], var_names)} {_C_BINARY[u.op]} {size_expr(u.src[1], var_names)})"
-  if u.op is Ops.MAX:
-    a, b = size_expr(u.src[0], var_names), size_expr(u.src[1], var_names)
-    return f"({a} > {b} ? {a} : {b})"
-  if u.op is Ops.CAST: return size_expr(u.src[0], var_names)
-  raise CompileError([error(None, f"a launch size computed with {u.op.name} cannot be evaluated by the HIP launcher")])
-
 
 def _header_types() -> str:
   codes = "\n".join(f"#define {name} {value}" for name, value, _ in HIP_STATUS)

@@ -6,7 +6,7 @@ from dataclasses import dataclass
 from typing import Callable
 
 from uopc.diagnostics import Loc
-from uopc.targets.amd.geometry import Geometry, workgroup_geometry
+from uopc.targets.geometry import Geometry, workgroup_geometry
 from uopc.targets.c.render import RenderedKernel
 from uopc.targets.llvm import render as llvm_render
 from uopc.uop import UOp

@@ -25,7 +25,7 @@ from typing import Sequence
 
 from uopc.launcher import (EntryArg, EntryKernels, abi_types, arg_checks, c_identifier, c_param, c_string, entry_accessors,
                            entry_args, metadata_tables, strerror_function)
-from uopc.targets.amd.launcher import size_expr
+from uopc.targets.geometry import size_expr
 
 CUDA_STATUS = (("UOPC_CUDA_ERR_NO_DRIVER", 100, "libcuda.so.1 (the CUDA driver) or one of its functions was not found"),
                ("UOPC_CUDA_ERR_NO_CONTEXT", 101, "the calling thread has no current CUDA context"),

@@ -28,7 +28,7 @@ them, and THREEFRY, FLOORDIV and FLOORMOD, before rendering.
 
 Threads: `gidx<n>` is `%ctaid`, `lidx<n>` is `%tid`, `idx<n>` is `%ctaid * %ntid + %tid`, and when
 its bound is not a multiple of the block the threads past it branch to the SPECIAL's END. The
-launch geometry (grid and block from the SPECIALs) is `uopc.targets.amd.geometry`'s, shared by
+launch geometry (grid and block from the SPECIALs) is `uopc.targets.geometry`'s, shared by
 every GPU target.
 """
 from __future__ import annotations
@@ -45,7 +45,7 @@ from uopc.diagnostics import CompileError, Diagnostic, Loc, error
 from uopc.dtype import AddrSpace, DType, PtrDType, dtypes
 from uopc.ops import GroupOp, Ops
 from uopc.targets import param_name
-from uopc.targets.amd.geometry import Geometry, idx_local_size, workgroup_geometry
+from uopc.targets.geometry import Geometry, idx_local_size, workgroup_geometry
 from uopc.targets.c.render import KernelParam, RenderedKernel
 from uopc.uop import UOp
 

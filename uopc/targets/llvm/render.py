@@ -174,7 +174,7 @@ class _Kernel:
       if p.kind == "buffer": args.append(f"{self.ptr(p.dtype)} noalias {'' if p.written else 'readonly '}%{_llvm_name(p.name)}")
       else: args.append(f"i64 %{_llvm_name(p.name)}")
     if self.amdgpu:
-      from uopc.targets.amd.geometry import workgroup_geometry
+      from uopc.targets.geometry import workgroup_geometry
       size = workgroup_geometry(self.linear, self.loc_of).max_flat_size
       return (f"define amdgpu_kernel void @{_llvm_name(self.name)}({', '.join(args)}) "
               f'nounwind "amdgpu-flat-work-group-size"="1,{size}"')
@@ -286,7 +286,7 @@ class _Kernel:
 
   def flat_index(self, u: UOp, name: str, axis: str) -> str:
     """idx<n> = workgroup id * workgroup size + workitem id; items past the bound return at once."""
-    from uopc.targets.amd.geometry import idx_local_size
+    from uopc.targets.geometry import idx_local_size
     group = self.value(f"zext i32 {self.intrinsic('i32', f'amdgcn.workgroup.id.{axis}', [])} to i64")
     item = self.value(f"zext i32 {self.intrinsic('i32', f'amdgcn.workitem.id.{axis}', [])} to i64")
     base = self.value(f"mul i64 {group}, {idx_local_size(u.src[0])}")

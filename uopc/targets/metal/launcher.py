@@ -22,26 +22,12 @@ import subprocess
 from pathlib import Path
 from typing import Sequence
 
-from uopc.diagnostics import CompileError, error
 from uopc.launcher import (EntryKernels, abi_types, arg_checks, c_identifier, c_string, entry_accessors, entry_args,
                            metadata_tables, strerror_function)
-from uopc.ops import Ops
+from uopc.targets.geometry import size_expr
 from uopc.targets.metal.render import MetalKernel
-from uopc.uop import UOp
 
 ERR_METAL = 64  # outside the shared uopc_status range, so it never collides with a future shared code
-_C_OPS = {Ops.ADD: "+", Ops.SUB: "-", Ops.MUL: "*", Ops.IDIV: "/", Ops.MOD: "%"}
-
-
-def _bound_expr(u: UOp, var_names: dict[str, str]) -> str:
-  """A launch bound as a C int64_t expression over the entry's size arguments."""
-  if u.op is Ops.CONST: return f"INT64_C({int(u.arg)})"
-  if u.op is Ops.DEFINE_VAR: return var_names[u.arg[0]]
-  if u.op in _C_OPS: return f"({_bound_expr(u.src[0], var_names)}{_C_OPS[u.op]}{_bound_expr(u.src[1], var_names)})"
-  if u.op is Ops.MAX:
-    a, b = (_bound_expr(s, var_names) for s in u.src)
-    return f"({a}>{b}?{a}:{b})"
-  raise CompileError([error(None, f"metal launcher: a launch bound uses {u.op.name}, which it cannot evaluate")])
 
 
 def _metal_args(kernel: MetalKernel, by_key: dict, offsets: dict[int, int]) -> list[str]:
@@ -61,10 +47,10 @@ def _metal_args(kernel: MetalKernel, by_key: dict, offsets: dict[int, int]) -> l
 
 
 def _dispatch(kernel: MetalKernel, var_names: dict[str, str], pipeline: str) -> str:
-  size = lambda dims: "MTLSizeMake(" + ", ".join(f"(NSUInteger){_bound_expr(d, var_names)}" for d in dims) + ")"  # noqa: E731
+  size = lambda dims: "MTLSizeMake(" + ", ".join(f"(NSUInteger){size_expr(d, var_names)}" for d in dims) + ")"  # noqa: E731
   if kernel.dispatch == "groups":
     return f"    [enc dispatchThreadgroups:{size(kernel.grid)} threadsPerThreadgroup:{size(kernel.threads)}];"
-  x = _bound_expr(kernel.grid[0], var_names)
+  x = size_expr(kernel.grid[0], var_names)
   group = f"MTLSizeMake(MIN({pipeline}.maxTotalThreadsPerThreadgroup, (NSUInteger){x}), 1, 1)"
   return f"    [enc dispatchThreads:{size(kernel.grid)} threadsPerThreadgroup:{group}];"
 

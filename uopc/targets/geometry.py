@@ -1,6 +1,6 @@
-"""The launch geometry of an AMDGPU kernel, from its SPECIALs: shared by the renderer (the
-`amdgpu-flat-work-group-size` attribute, the block size of `idx<n>`) and the HIP launcher (the grid
-and block it launches), so both agree by construction.
+"""The launch geometry of a GPU kernel, from its SPECIALs: shared by the GPU renderers (AMDGPU's
+`amdgpu-flat-work-group-size` attribute, the block size of `idx<n>` in PTX and AMDGPU) and the CUDA and
+HIP launchers (the grid and block they launch, `size_expr`), so both sides agree by construction.
 
 `gidx<n>` is the workgroup id along axis n (the grid is its bound), `lidx<n>` the work-item id in the
 workgroup (the block is its bound), `idx<n>` a flat index: blocks of `idx_local_size` items, as many
@@ -19,7 +19,7 @@ from uopc.ops import Ops
 from uopc.uop import UOp
 
 IDX_BLOCK = 256       # work-items per workgroup for idx<n> when the bound does not make it smaller
-MAX_WORKGROUP = 1024  # the most work-items a workgroup has on every AMDGPU arch we target
+MAX_WORKGROUP = 1024  # the most work-items a workgroup (CUDA: block) has on every GPU we target
 
 Size = int | UOp  # a known size, or an index expression over DEFINE_VARs evaluated at launch
 
@@ -70,5 +70,22 @@ def workgroup_geometry(linear: UOp, loc_of: Callable[[UOp], Loc | None] = lambda
   geo = Geometry(tuple(grid), tuple(block))
   if all(isinstance(b, int) for b in geo.block) and math.prod(geo.block) > MAX_WORKGROUP:
     raise CompileError([error(None, f"a workgroup of {' x '.join(map(str, geo.block))} work-items is more than "
-                                    f"the {MAX_WORKGROUP} an AMDGPU workgroup can hold")])
+                                    f"the {MAX_WORKGROUP} a GPU workgroup can hold")])
   return geo
+
+
+_C_BINARY = {Ops.ADD: "+", Ops.MUL: "*", Ops.IDIV: "/", Ops.MOD: "%", Ops.SUB: "-"}
+
+
+def size_expr(size, var_names: dict[str, str]) -> str:
+  """A launch size as a C int64_t expression over the entry's DEFINE_VAR arguments."""
+  if isinstance(size, int): return f"INT64_C({size})"
+  u: UOp = size
+  if u.op is Ops.CONST: return f"INT64_C({int(u.arg)})"
+  if u.op is Ops.DEFINE_VAR: return f"(int64_t){var_names[u.arg[0]]}"
+  if u.op in _C_BINARY: return f"({size_expr(u.src[0], var_names)} {_C_BINARY[u.op]} {size_expr(u.src[1], var_names)})"
+  if u.op is Ops.MAX:
+    a, b = size_expr(u.src[0], var_names), size_expr(u.src[1], var_names)
+    return f"({a} > {b} ? {a} : {b})"
+  if u.op is Ops.CAST: return size_expr(u.src[0], var_names)
+  raise CompileError([error(None, f"a launch size computed with {u.op.name} cannot be evaluated by the launcher")])
