@@ -175,6 +175,34 @@ def bench_gemm(gpu: Driver, timer: Timer, out_dir: pathlib.Path, dt: DType) -> N
   print(f"gemm 4096 {dt.short:>4}:     {ms:8.3f} ms  {tflops:6.2f} TFLOP/s{vs}")
 
 
+def bench_tensor_program(gpu: Driver, timer: Timer, out_dir: pathlib.Path, w, torch_fn, rng: np.random.Generator) -> None:
+  """A workload of tests/bench/workloads.py as users write it (a tensor program), built by `uopc build -t cuda`:
+  Rangeify, Optimize's GPU heuristics (grid, workgroups, GROUP_REDUCE), Expand, isel, PTX. Checked against the
+  float64 reference before it is timed; torch runs the same computation."""
+  from uopc.driver import BuildOptions, build
+  f, inputs = w.program, w.inputs(rng)
+  work = out_dir / f"tp_{f.name}_{abs(hash(w.name))}"
+  work.mkdir(parents=True)
+  (work / f"{f.name}.uop").write_text(f.text())
+  lib = ctypes.CDLL(str(next(p for p in build(work / f"{f.name}.uop", BuildOptions(target="cuda", out_dir=work)) if p.suffix == ".so")))
+  out_arg = next(a for a in f.args if a[3])
+  out = np.zeros(out_arg[1], np.float32)
+  it = iter(np.ascontiguousarray(x) for x in inputs)
+  ptrs = [gpu.upload(out if a[3] else next(it)) for a in f.args]
+  fn = getattr(lib, f"{f.name}_{f.name}")
+  fn.argtypes = [ctypes.c_uint64] * len(ptrs) + [ctypes.c_void_p]
+  def run():
+    if (status := fn(*ptrs, None)) != 0: raise RuntimeError(f"{w.name}: status {status}")
+  ms = timer.median_ms(run)
+  got = gpu.download(ptrs[[a[3] for a in f.args].index(True)], out)
+  tol = w.tolerance(*inputs)
+  np.testing.assert_allclose(got.astype(np.float64), w.reference(*inputs), rtol=max(tol.rtol, 1e-4), atol=max(np.max(tol.atol), 1e-6))
+  ref = torch_ms(lambda torch: torch_fn(torch, *[_torch_tensor(torch, x) for x in inputs]))
+  rate = w.work / ms / 1e6 if w.unit == "GB/s" else w.work / ms / 1e9
+  vs = f"  torch {ref:.3f} ms ({ref / ms:.0%} of torch's speed)" if ref else "  (torch not installed)"
+  print(f"{w.name + ' (tensor program)':34s} {ms:8.3f} ms {rate:9.1f} {w.unit}{vs}")
+
+
 def main() -> None:
   try:
     gpu = Driver()
@@ -186,8 +214,17 @@ def main() -> None:
   bench_add(gpu, timer, out_dir)
   bench_softmax(gpu, timer, out_dir)
   for dt in (dtypes.float32, dtypes.float16): bench_gemm(gpu, timer, out_dir, dt)
-  print("skipped: softmax and gemm as tensor programs (samples/softmax.uop, gemm.uop): their kernels run in one GPU "
-        "thread until Optimize maps axes to the grid")
+  from bench.workloads import LN_EPS, elementwise, gemms, rows
+  rng = np.random.default_rng(3)
+  softmax, layernorm = rows(4096, 4096)
+  with_torch = [(elementwise(256 << 20)[0], lambda t, x, y: x + y), (softmax, lambda t, x: t.softmax(x, 1)),
+                (layernorm, lambda t, x, g, b: t.nn.functional.layer_norm(x, (x.shape[1],), g, b, LN_EPS)),
+                (gemms([2048])[0], lambda t, a, b: a @ b)]
+  for w, torch_fn in with_torch:
+    try:
+      bench_tensor_program(gpu, timer, out_dir, w, torch_fn, rng)
+    except Exception as e:  # noqa: BLE001 - one failing workload must not hide the others' numbers
+      print(f"{w.name} (tensor program): FAILED: {type(e).__name__}: {str(e)[:300]}")
 
 
 if __name__ == "__main__":
