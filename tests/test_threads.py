@@ -1,8 +1,11 @@
-"""THREAD axes on the C target: the kernel computes one task per call, the launcher runs the tasks on
-worker threads started and joined per launch; every worker count gives the unthreaded result bit for
-bit; the library is clean under ThreadSanitizer and AddressSanitizer (concurrent callers included)."""
+"""THREAD axes on the CPU targets (`-t c`, `-t llvm`: the same launcher): the kernel computes one task
+per call, the launcher runs the tasks on worker threads started and joined per launch; every worker
+count gives the unthreaded result bit for bit; the library is clean under ThreadSanitizer and
+AddressSanitizer (concurrent callers included)."""
 from __future__ import annotations
 
+import ctypes
+import io
 import os
 import re
 import subprocess
@@ -11,8 +14,9 @@ import numpy as np
 import pytest
 
 from c_harness import have
-from test_optimize import LIB, build_lib, elementwise, program, random_inputs, run_func
+from test_optimize import LIB, elementwise, program, random_inputs, run_func
 from test_tensor_programs import gemm
+from uopc.driver import BuildOptions, build
 from uopc.dtype import dtypes
 from uopc.ops import AxisType, Ops
 from uopc.stages.linearize import linearize
@@ -29,12 +33,19 @@ def _schedule(pins: dict[str, str]):
   return parse_schedule([f"{k}:{v}" for k, v in pins.items()])
 
 
-@pytest.fixture(scope="module")
-def libs(tmp_path_factory):
-  tmp = tmp_path_factory.mktemp("threads")
+def build_lib(tmp, text: str, schedule, tag: str, target: str) -> ctypes.CDLL:
+  (tmp / f"{tag}.uop").write_text(text)
+  build(tmp / f"{tag}.uop", BuildOptions(target, tmp / tag, name=LIB, schedule=schedule, print_out=io.StringIO()))
+  return ctypes.CDLL(str(tmp / tag / f"lib{LIB}.so"))
+
+
+@pytest.fixture(scope="module", params=["c", "llvm"])
+def libs(request, tmp_path_factory):
+  target = request.param
+  tmp = tmp_path_factory.mktemp(f"threads_{target}")
   text = program(FUNCS)
-  plain = build_lib(tmp, text, _schedule({k: "" for k in PINNED}), "plain")
-  threaded = build_lib(tmp, text, _schedule(PINNED), "threaded")
+  plain = build_lib(tmp, text, _schedule({k: "" for k in PINNED}), "plain", target)
+  threaded = build_lib(tmp, text, _schedule(PINNED), "threaded", target)
   return tmp, plain, threaded
 
 
@@ -126,8 +137,9 @@ def test_sanitizers_see_no_race_leak_or_overflow(libs, sanitizer):
   d = tmp / "threaded"
   (d / "driver.c").write_text(DRIVER % {"M": M, "K": K, "N": N})
   exe = d / f"driver_{sanitizer.split(',')[0]}"
+  kernels = [str(d / f"{LIB}.o")] if (d / f"{LIB}.o").is_file() else []  # -t llvm: the launcher's kernels, compiled by LLVM
   cmd = ["gcc", "-O1", "-g", "-pthread", f"-fsanitize={sanitizer}", "-fno-sanitize-recover=all", "-ffp-contract=off",
-         "-I", str(d), "-o", str(exe), str(d / "driver.c"), str(d / f"{LIB}.c"), "-lm"]
+         "-I", str(d), "-o", str(exe), str(d / "driver.c"), str(d / f"{LIB}.c"), *kernels, "-lm"]
   res = subprocess.run(cmd, capture_output=True, text=True)
   assert res.returncode == 0, res.stderr
   env = dict(os.environ, TSAN_OPTIONS="halt_on_error=1 exitcode=66", ASAN_OPTIONS="detect_leaks=1", UOPC_NUM_THREADS="4")

@@ -1,5 +1,6 @@
 """`-t llvm`: kernels rendered to LLVM IR and compiled by llvmlite for the host CPU, linked with the C
-target's launcher into libNAME.so (see host.py)."""
+target's launcher into libNAME.so (see host.py). THREAD axes run as on `-t c`: the THREAD RANGE becomes
+the kernel's task argument (uopc/targets/c/threads.py) and the launcher runs the tasks on worker threads."""
 from __future__ import annotations
 
 from pathlib import Path
@@ -8,8 +9,9 @@ from uopc.targets import BuildRequest, Target
 
 
 def _render(linear, name: str, loc_of, fast_math: bool = False):
+  from uopc.targets.c.threads import thread_tasks
   from uopc.targets.llvm.render import render_kernel
-  return render_kernel(linear, name, "host", None, loc_of)
+  return render_kernel(thread_tasks(linear), name, "host", None, loc_of)
 
 
 def artifacts(name: str, archs: tuple[str, ...] = ()) -> dict[str, str]:
