@@ -7,6 +7,7 @@ ADD within float32 tolerance of a float64 sum, since the threads' partials chang
 additions (thread t sums elements t, t + k, ... then the partials are added in thread order)."""
 from __future__ import annotations
 
+import ctypes
 import functools
 import subprocess
 import tempfile
@@ -17,6 +18,7 @@ import pytest
 
 import uopc.pipeline
 from test_amd_codeobj import LLVM_MC
+from test_cuda_gpu import call, gpu  # noqa: F401 (gpu: a fixture)
 from test_cuda_ptx import needs_ptxas, ptxas_accepts
 from test_metal import metal_syntax_errors, needs_clang
 from test_optimize import GPU, C, kernels_of, program, reduction
@@ -199,3 +201,33 @@ def test_metal_group_reductions_pass_clang(tmp_path):
   source = (_build(tmp_path, "metal", emit=("source",)) / "g.metal").read_text()
   assert "threadgroup_barrier" in source and "threadgroup " in source
   assert metal_syntax_errors(source) == ""
+
+
+# ---- on an NVIDIA GPU (skips without one) ----------------------------------------------------------------
+
+
+def test_group_reductions_on_a_cuda_gpu(gpu, tmp_path):  # noqa: F811 (gpu is test_cuda_gpu's fixture)
+  (tmp_path / "g.uop").write_text(WORKLOADS)
+  paths = build(tmp_path / "g.uop", BuildOptions(target="cuda", out_dir=tmp_path / "out"))
+  lib = ctypes.CDLL(str(next(p for p in paths if p.suffix == ".so")))
+  entries = {e.name: e for e in compile_module(load_module(str(tmp_path / "g.uop")), "cuda", "g")}
+  rng = np.random.default_rng(4)
+  x = rng.standard_normal((64, 4096)).astype(np.float32)
+  got = call(gpu, lib, "g", entries["softmax"], [x, np.zeros_like(x)])[1]
+  e = np.exp(x.astype(np.float64) - x.max(1, keepdims=True))
+  np.testing.assert_allclose(got, e / e.sum(1, keepdims=True), rtol=1e-5, atol=1e-9)
+  xi = rng.integers(-2**31, 2**31 - 1, (64, 1024)).astype(np.int32)
+  np.testing.assert_array_equal(call(gpu, lib, "g", entries["rows_max"], [xi, np.zeros((64, 1), np.int32)])[1], xi.max(1, keepdims=True))
+  xh = rng.standard_normal((16, 4096)).astype(np.float16)
+  got = call(gpu, lib, "g", entries["rows_add"], [xh, np.zeros((16, 1), np.float16)])[1]
+  np.testing.assert_array_equal(got, _grouped_sum(xh, 256))
+
+
+def _grouped_sum(x: np.ndarray, k: int) -> np.ndarray:
+  """Row sums in GROUP_REDUCE's order, each addition rounded to x's dtype: thread t adds x[t], x[t + k],
+  ... in turn, then the k partials are added in thread order."""
+  partial = np.zeros((x.shape[0], k), x.dtype)
+  for j in range(0, x.shape[1], k): partial = partial + x[:, j:j + k]
+  total = partial[:, :1]
+  for t in range(1, k): total = total + partial[:, t:t + 1]
+  return total
