@@ -58,3 +58,20 @@ def test_threaded_vector_programs_match_numpy_at_every_worker_count(builder, sha
   want = expected(formula, inputs)
   for n in (1, 3, 16):
     check(call(lib, f, inputs, "_with_threads", (n,)), want)
+
+
+def test_half_and_bfloat16_programs_get_vector_casts(tmp_path):
+  """The case that once stopped the llvm target at 1 lane: float16/bfloat16 values cast inside UPCAST lanes."""
+  from ml_dtypes import bfloat16
+  from test_tensor_programs import Func
+  f = Func("mixed")
+  x, y, out = f.param("x", (64, 40), "f16"), f.param("y", (64, 40), "bf16"), f.param("out", (64, 40), "f16", out=True)
+  f.store(out, f.cast(f.op("MUL", f.cast(x, "f32"), f.cast(y, "f32")), "f16"))
+  lib = build_llvm(f, tmp_path)
+  ir = (tmp_path / "mixed.ll").read_text()
+  assert "x half>" in ir and "x i16>" in ir, "the heuristics gave no float16/bfloat16 vectors"
+  rng = np.random.default_rng(7)
+  xs, ys = rng.standard_normal((64, 40)).astype(np.float16), rng.standard_normal((64, 40)).astype(bfloat16)
+  got = np.zeros((64, 40), np.float16)
+  assert lib.mixed_mixed(*[a.ctypes.data_as(ctypes.c_void_p) for a in (xs, ys, got)]) == 0
+  np.testing.assert_array_equal(got, (xs.astype(np.float32) * ys.astype(np.float32)).astype(np.float16))

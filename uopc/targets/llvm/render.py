@@ -11,7 +11,9 @@ a thread loop (`lidx`) cannot be honoured and is refused. On AMDGPU SPECIALs are
 
 Values. Every value lives in an SSA register (LLVM's mem2reg is not needed); CONSTs are inlined as
 literals. Types are in types.py: bool is i1 in registers and i8 in memory; bfloat16 is computed in
-float32 and rounded to nearest even once per op (`_round_bf16`).
+float32 and rounded to nearest even once per op (`round_bf16`). A vector dtype (Expand's UPCAST lanes)
+is an LLVM vector in every op: loads and stores move the whole vector (aligned to its scalar), casts,
+bitcasts and ALU ops work lane-wise, constants are splats, a gated load's `alt` fills every lane.
 
 Semantics are those of SPEC-NOTES: IDIV/MOD `sdiv`/`srem` (`udiv`/`urem` unsigned), SHR `ashr` on
 signed, integer ADD/MUL wrap (no nsw/nuw flags; MIN / -1 wraps too, as in the C target), CMPNE `fcmp une`, the decomposed comparisons by
