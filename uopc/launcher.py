@@ -82,19 +82,28 @@ class EntryKernels:
   launches: tuple[Any, ...] | None = None
 
 
+@dataclass(frozen=True)
+class BoundKernel:
+  """A kernel as one launch runs it: its buffer params carry the slot and name of the entry buffer the
+  launch binds them to; every other attribute is the kernel's own (whatever its target's type)."""
+  kernel: Any
+  params: tuple[Any, ...]
+
+  def __getattr__(self, name: str) -> Any: return getattr(self.kernel, name)
+
+
 def launched(entry: EntryKernels) -> list[tuple[int, Any]]:
-  """(kernel index, kernel) per launch, in run order; the kernel's buffer params carry the slot and
-  name of the entry buffer that launch binds them to."""
+  """(kernel index, kernel bound to the launch's buffers) per launch, in run order."""
   if entry.launches is None: return list(enumerate(entry.kernels))
   return [(ln.kernel, _bound(entry.kernels[ln.kernel], ln)) for ln in entry.launches]
 
 
-def _bound(kernel, launch) -> Any:
+def _bound(kernel, launch) -> BoundKernel:
   def bind(p):
     if p.kind != "buffer": return p
     b = launch.buffer(p.slot)
     return replace(p, slot=b.slot, name=b.name)
-  return replace(kernel, params=tuple(bind(p) for p in kernel.params))
+  return BoundKernel(kernel, tuple(bind(p) for p in kernel.params))
 
 
 @dataclass(frozen=True)
