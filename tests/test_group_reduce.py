@@ -206,6 +206,7 @@ def test_metal_group_reductions_pass_clang(tmp_path):
 # ---- on an NVIDIA GPU (skips without one) ----------------------------------------------------------------
 
 
+@pytest.mark.gpu
 def test_group_reductions_on_a_cuda_gpu(gpu, tmp_path):  # noqa: F811 (gpu is test_cuda_gpu's fixture)
   (tmp_path / "g.uop").write_text(WORKLOADS)
   paths = build(tmp_path / "g.uop", BuildOptions(target="cuda", out_dir=tmp_path / "out"))

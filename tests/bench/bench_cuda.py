@@ -198,7 +198,7 @@ def bench_tensor_program(gpu: Driver, timer: Timer, out_dir: pathlib.Path, w, to
   tol = w.tolerance(*inputs)
   np.testing.assert_allclose(got.astype(np.float64), w.reference(*inputs), rtol=max(tol.rtol, 1e-4), atol=max(np.max(tol.atol), 1e-6))
   ref = torch_ms(lambda torch: torch_fn(torch, *[_torch_tensor(torch, x) for x in inputs]))
-  rate = w.work / ms / 1e6 if w.unit == "GB/s" else w.work / ms / 1e9
+  rate = w.work / ms / 1e6  # bytes or flops per ms / 1e6 = GB/s or GFLOP/s
   vs = f"  torch {ref:.3f} ms ({ref / ms:.0%} of torch's speed)" if ref else "  (torch not installed)"
   print(f"{w.name + ' (tensor program)':34s} {ms:8.3f} ms {rate:9.1f} {w.unit}{vs}")
 
