@@ -1,9 +1,14 @@
+import ctypes
 import re
 
 import numpy as np
 import pytest
 
 from tensor_ref import run_func
+from test_cuda_gpu import call, gpu  # noqa: F401 (gpu: a fixture)
+from uopc.frontend import load_module
+from uopc.launcher import entry_args
+from uopc.pipeline import compile_module
 from uopc.diagnostics import CompileError
 from uopc.dtype import dtypes
 from uopc.ops import Ops
@@ -223,3 +228,21 @@ def test_call_with_another_shape_is_located(tmp_path):
   line = 1 + TWICE.splitlines().index("  %c2 = CALL(%body, %y) : void")
   assert res.output.splitlines()[:3] == [f"{src}:{line}:3: error: CALL argument 0 has shape (3, 5) but PARAM 0 has (3, 4)",
                                          "  %c2 = CALL(%body, %y) : void", "  ^"]
+
+
+@pytest.mark.gpu
+def test_call_twice_on_a_cuda_gpu(tmp_path, gpu):  # noqa: F811 (gpu is test_cuda_gpu's fixture)
+  """The CUDA launcher runs the CALL body's kernels once per call site, each on that site's buffers."""
+  src = tmp_path / "twice.uop"
+  src.write_text(TWICE)
+  assert uopc("build", src, "-t", "cuda", "-o", tmp_path / "cuda").exit_code == 0
+  lib = ctypes.CDLL(str(tmp_path / "cuda" / "libtwice.so"))
+  entry = compile_module(load_module(str(src)), "cuda", "twice")[0]
+  rng = np.random.default_rng(0)
+  x, y = rng.standard_normal((3, 4), np.float32), rng.standard_normal((3, 4), np.float32)
+  want = twice_reference(x, y)
+  inputs = {"x": x, "y": y}
+  bufs = [a for a in entry_args(entry) if a.kind == "buffer"]
+  arrays = [inputs[a.name] if a.name in inputs else np.zeros(want[a.name].shape, np.float32) for a in bufs]
+  for a, got in zip(bufs, call(gpu, lib, "twice", entry, arrays)):
+    if a.name in want: np.testing.assert_allclose(got, want[a.name], rtol=1e-5, atol=1e-6, err_msg=a.name)

@@ -24,7 +24,7 @@ from __future__ import annotations
 from typing import Sequence
 
 from uopc.launcher import (EntryArg, EntryKernels, abi_types, arg_checks, c_identifier, c_param, c_string, entry_accessors,
-                           entry_args, metadata_tables, strerror_function)
+                           entry_args, launched, metadata_tables, strerror_function)
 from uopc.targets.geometry import MAX_WORKGROUP, Geometry, size_expr
 
 HIP_STATUS = (("UOPC_HIP_ERR_NO_RUNTIME", 100, "libamdhip64.so (the HIP runtime) or a function it needs was not found"),
@@ -232,7 +232,7 @@ def _wrapper(prefix: str, entry: EntryKernels, first: int) -> str:
   args = entry_args(entry)
   by_key = {(a.kind, a.key): a for a in args}
   offsets = dict(entry.workspace.offsets) if entry.workspace else {}
-  launches = [line for i, k in enumerate(entry.kernels) for line in _kernel_launch(prefix, first + i, k, by_key, offsets)]
+  launches = [line for i, k in launched(entry) for line in _kernel_launch(prefix, first + i, k, by_key, offsets)]
   body = [*arg_checks(args), *(["  if (workspace == NULL) return UOPC_ERR_NULL_POINTER;"] if offsets else []),
           "  hipFunction_t* functions = NULL;", f"  int status = {prefix}__functions_of_device(&functions);",
           "  if (status != UOPC_OK) return status;", *launches, "  return UOPC_OK;", "}"]

@@ -24,7 +24,7 @@ from __future__ import annotations
 from typing import Sequence
 
 from uopc.launcher import (EntryArg, EntryKernels, abi_types, arg_checks, c_identifier, c_param, c_string, entry_accessors,
-                           entry_args, metadata_tables, strerror_function)
+                           entry_args, launched, metadata_tables, strerror_function)
 from uopc.targets.geometry import size_expr
 
 CUDA_STATUS = (("UOPC_CUDA_ERR_NO_DRIVER", 100, "libcuda.so.1 (the CUDA driver) or one of its functions was not found"),
@@ -214,7 +214,7 @@ def _wrapper(prefix: str, entry: EntryKernels, first: int) -> str:
   args = entry_args(entry)
   by_key = {(a.kind, a.key): a for a in args}
   offsets = dict(entry.workspace.offsets) if entry.workspace else {}
-  launches = [line for i, k in enumerate(entry.kernels) for line in _kernel_launch(prefix, first + i, k, by_key, offsets)]
+  launches = [line for i, k in launched(entry) for line in _kernel_launch(prefix, first + i, k, by_key, offsets)]
   alloc, free = [], []
   if entry.workspace is not None:
     alloc = ["  CUdeviceptr workspace = 0;",

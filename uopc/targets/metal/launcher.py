@@ -23,7 +23,7 @@ from pathlib import Path
 from typing import Sequence
 
 from uopc.launcher import (EntryKernels, abi_types, arg_checks, c_identifier, c_string, entry_accessors, entry_args,
-                           metadata_tables, strerror_function)
+                           launched, metadata_tables, strerror_function)
 from uopc.targets.geometry import size_expr
 from uopc.targets.metal.render import MetalKernel
 
@@ -69,7 +69,7 @@ def _entry_function(prefix: str, entry: EntryKernels, first_kernel: int) -> str:
   by_key = {(a.kind, a.key): a for a in args}
   var_names = {a.key: a.c_name for a in args if a.kind == "var"}
   body = []
-  for i, k in enumerate(entry.kernels):
+  for i, k in launched(entry):
     pipeline = f"((id<MTLComputePipelineState>)[pipelines objectAtIndex:{first_kernel + i}])"
     body += [f"    [enc setComputePipelineState:{pipeline}];", *_metal_args(k, by_key, offsets), _dispatch(k, var_names, pipeline)]
   return "\n".join([f"{_prototype(prefix, entry, args)} {{", *arg_checks(args),
