@@ -151,7 +151,12 @@ def _inputs(args, rng) -> list[np.ndarray]:
   return out
 
 
-@pytest.mark.parametrize("sample", sorted(p.name for p in (ROOT / "samples").glob("*.uop")))
+# seed 001's SPECIAL example stores data1[g] + data2[g] from all 10 threads into data0[0]: which thread's
+# value lands is unspecified on a GPU (on a CPU the loop's last iteration wins), so no result can be compared
+RACY_SAMPLES = {"seed001_special.uop"}
+
+
+@pytest.mark.parametrize("sample", sorted(p.name for p in (ROOT / "samples").glob("*.uop") if p.name not in RACY_SAMPLES))
 def test_samples_match_the_c_target(gpu, sample, tmp_path):
   from uopc.diagnostics import CompileError
   from uopc.driver import BuildOptions, build
