@@ -1,4 +1,4 @@
-"""THREAD axes on the C target: each kernel with a THREAD axis runs its tasks on worker threads.
+"""THREAD axes on the CPU targets (c, llvm): each kernel with a THREAD axis runs its tasks on worker threads.
 
 A kernel's THREAD RANGE (the outer part of a GLOBAL axis, see uopc.stages.optimize) becomes its
 last-but-one kind of argument: `int64_t _uopc_task`, the iteration of that axis one call computes
@@ -77,9 +77,9 @@ def thread_tasks(linear: UOp) -> UOp:
   threads = [u for u in linear.src if u.op is Ops.RANGE and isinstance(u.arg, tuple) and len(u.arg) == 2 and u.arg[1] is AxisType.THREAD]
   if not threads: return linear
   if len(threads) > 1 or threads[0].src[0].op is not Ops.CONST:
-    raise CompileError([error(None, "C target: a kernel runs at most one THREAD axis, of a size known at compile time")])
+    raise CompileError([error(None, "CPU targets: a kernel runs at most one THREAD axis, of a size known at compile time")])
   if any(u.op is Ops.DEFINE_VAR and u.arg[0] == TASK_PARAM for u in linear.src):
-    raise CompileError([error(None, f"C target: the DEFINE_VAR name {TASK_PARAM} is reserved for THREAD axes")])
+    raise CompileError([error(None, f"CPU targets: the DEFINE_VAR name {TASK_PARAM} is reserved for THREAD axes")])
   r = threads[0]
   memo = {r: UOp(Ops.DEFINE_VAR, dtypes.index, (), (TASK_PARAM, 0, r.src[0].arg - 1))}
   out = []
