@@ -252,9 +252,14 @@ def _header_comment(name: str, prefix: str) -> str:
 def render_header(name: str, entries: Sequence[EntryKernels]) -> str:
   """NAME.h: valid C99 and C++11, parsable by pycparser after preprocessing."""
   prefix = c_identifier(name)
-  guard = f"UOPC_{prefix.upper()}_H"
   protos = "\n".join(f"{p};" for e in entries for p in _prototypes(prefix, e))
-  return f"""{_header_comment(name, prefix)}
+  return header_file(prefix, _header_comment(name, prefix), f"UOPC_{prefix.upper()}_H", f"/* The entries. */\n{protos}")
+
+
+def header_file(prefix: str, comment: str, guard: str, declarations: str) -> str:
+  """A target's NAME.h around its `declarations`: C99 and C++11, the shared ABI types, and the metadata
+  and message functions every uopc library exports."""
+  return f"""{comment}
 #ifndef {guard}
 #define {guard}
 #include <stddef.h>
@@ -268,8 +273,7 @@ extern "C" {{
 
 {abi_types()}
 
-/* The entries. */
-{protos}
+{declarations}
 
 /* Run-time metadata and messages. */
 const char* {prefix}_strerror(int code);

@@ -10,7 +10,7 @@ import math
 import struct
 import weakref
 from functools import cached_property
-from typing import Any, Iterator, Union
+from typing import Any, Callable, Iterator, Union
 
 from uopc.dtype import AddrSpace, DType, PtrDType, dtype_range, dtypes, truncate
 from uopc.ops import GroupOp, Ops
@@ -57,8 +57,9 @@ class UOp:
     return UOp(new["op"], new["dtype"], tuple(new["src"]), new["arg"], new["tag"])
 
   # ---- graph walking -------------------------------------------------------------------------------
-  def toposort(self) -> list["UOp"]:
-    """Every node reachable from self, sources before users, in a deterministic order."""
+  def toposort(self, srcs: Callable[["UOp"], tuple["UOp", ...]] = lambda u: u.src) -> list["UOp"]:
+    """Every node reachable from self through `srcs` (default: every source), sources before users, in a
+    deterministic order."""
     order, seen, stack = [], set(), [(self, False)]
     while stack:
       u, expanded = stack.pop()
@@ -66,7 +67,7 @@ class UOp:
       if u in seen: continue
       seen.add(u)
       stack.append((u, True))
-      stack.extend((s, False) for s in reversed(u.src) if s not in seen)
+      stack.extend((s, False) for s in reversed(srcs(u)) if s not in seen)
     return order
 
   def walk(self) -> Iterator["UOp"]: return iter(self.toposort())

@@ -184,15 +184,7 @@ def _rereads(user: UOp, src: UOp) -> bool:
 
 def _order(sink: UOp) -> list[UOp]:
   """The data graph under `sink` (shape operands left out), sources before users."""
-  order, seen, stack = [], set(), [(sink, False)]
-  while stack:
-    u, expanded = stack.pop()
-    if expanded: order.append(u); continue  # noqa: E702
-    if u in seen: continue
-    seen.add(u)
-    stack.append((u, True))
-    stack.extend((s, False) for s in reversed(_data_srcs(u)) if s not in seen)
-  return order
+  return sink.toposort(_data_srcs)
 
 
 def _realized(order: list[UOp]) -> set[UOp]:
