@@ -25,7 +25,7 @@ from uopc.verify import verify_module
 
 BATCH = 50
 SHARDS = 2
-BATCHES = int(os.environ.get("UOPC_FUZZ_BATCHES", "20"))
+BATCHES = int(os.environ.get("UOPC_FUZZ_BATCHES", "30"))
 SEED = os.environ.get("UOPC_FUZZ_SEED", "0")
 NATIVE = ("c", "llvm")
 

@@ -266,3 +266,25 @@ def test_markers_are_identities():
   x, out = param(0, "x", (2, 3)), param(1, "out", (2, 3))
   v = UOp(Ops.DETACH, f32, (UOp(Ops.CONTIGUOUSBACKWARD, f32, (x.alu(Ops.MUL, x),)),))
   assert len(check(sink(store(out, v))).kernels) == 1
+
+
+PAD_OF_MOD = """func padmod {
+  %x = PARAM([4, 2]) {(0, "x")} : i8
+  %m = MOD(%x, %x)
+  %p = PAD(%m, [1, 1], [6, 4])
+  %out = PARAM([6, 4]) {(1, "out")} : i8
+  STORE(%out, %p)
+}
+"""
+
+
+def test_division_inside_a_pad_never_divides_by_the_fill(tmp_path):
+  """The fill's lanes load 0; a MOD there must not divide by it (UB, and a fault in the emulator)."""
+  from click.testing import CliRunner
+  from uopc.cli import cli
+  (tmp_path / "p.uop").write_text(PAD_OF_MOD)
+  np.save(tmp_path / "x.npy", np.array([[3, -5], [7, 2], [-1, 9], [4, 4]], np.int8))
+  r = CliRunner().invoke(cli, ["run", str(tmp_path / "p.uop"), "--emulate", "--input", f"x={tmp_path / 'x.npy'}",
+                               "--output", f"out={tmp_path / 'out.npy'}"])
+  assert r.exit_code == 0, r.output
+  np.testing.assert_array_equal(np.load(tmp_path / "out.npy"), np.zeros((6, 4), np.int8))

@@ -210,6 +210,9 @@ def _realized(order: list[UOp]) -> set[UOp]:
 _IDENTITY = {Ops.ADD: 0, Ops.MUL: 1}
 
 
+_DIVISIONS = frozenset({Ops.IDIV, Ops.MOD, Ops.FLOORDIV, Ops.FLOORMOD})
+
+
 def _identity(op: Ops, dt: DType):
   if op is Ops.MAX: return -float("inf") if dt.is_float() else dt.min
   v = _IDENTITY[op]
@@ -257,7 +260,11 @@ class _Kernel:
     if op in GroupOp.ALU or op in (Ops.CAST, Ops.BITCAST):
       if op is Ops.BITCAST and u.dtype.itemsize != src[0].dtype.itemsize:
         raise CompileError([error(None, f"BITCAST between sizes ({src[0].dtype} to {u.dtype}) is not supported in tensor programs")])
-      return u.replace(src=tuple(self.lower(s, _broadcast_index(idx, s.shape, u.shape), valid) for s in src))
+      lowered = tuple(self.lower(s, _broadcast_index(idx, s.shape, u.shape), valid) for s in src)
+      if op in _DIVISIONS and valid is not None and u.dtype.scalar.is_int():
+        # outside `valid` (a PAD's fill) the loads read their alt value 0: divide by 1 there, not by 0 (UB)
+        lowered = (lowered[0], UOp(Ops.WHERE, lowered[1].dtype, (valid, lowered[1], UOp.const(lowered[1].dtype, 1))))
+      return u.replace(src=lowered)
     if op in GroupOp.Markers or op in (Ops.AFTER, Ops.LOAD): return self.lower(src[0], idx, valid)
     if op is Ops.REDUCE: return self.reduce(u, idx, valid)
     if op is Ops.PAD: return self.pad(u, idx, valid)
