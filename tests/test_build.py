@@ -14,33 +14,6 @@ from uopc.cli import cli
 SAXPY = Path(__file__).resolve().parent.parent / "samples" / "c-app" / "saxpy.uop"
 
 
-def _missing_pipeline_piece() -> str | None:
-  try:
-    import uopc.frontend.parser  # noqa: F401
-    from uopc.frontend import load_module, print_uops  # noqa: F401
-    from uopc.stages.linearize import linearize  # noqa: F401
-    from uopc.targets.c.render import C_PRELUDE, render_kernel  # noqa: F401
-    from uopc.verify import verify_module  # noqa: F401
-  except ImportError as e:
-    return f"the C pipeline is not complete yet: {e}"
-  return None
-
-
-needs_pipeline = pytest.mark.skipif(_missing_pipeline_piece() is not None, reason=str(_missing_pipeline_piece()))
-
-
-def _missing_front_end() -> str | None:
-  try:
-    from uopc.frontend import load_module  # noqa: F401
-    from uopc.verify import verify_module  # noqa: F401
-  except ImportError as e:
-    return f"the front end is not complete yet: {e}"
-  return None
-
-
-needs_front_end = pytest.mark.skipif(_missing_front_end() is not None, reason=str(_missing_front_end()))
-
-
 def uopc(*args, env=None):
   return CliRunner(env=env).invoke(cli, ["build", *map(str, args)])
 
@@ -121,7 +94,6 @@ SEED_CASES = {
 }
 
 
-@needs_pipeline
 @pytest.mark.parametrize("case", sorted(SEED_CASES))
 def test_seed_programs_build_and_run(tmp_path, case):
   listing, decls, call, show, expected = SEED_CASES[case]
@@ -134,7 +106,6 @@ def test_seed_programs_build_and_run(tmp_path, case):
   assert run_c(tmp_path, out, case, body) == expected
 
 
-@needs_pipeline
 def test_saxpy_sample_checks_its_arguments(tmp_path):
   out = tmp_path / "out"
   assert uopc(SAXPY, "-o", out).exit_code == 0
@@ -149,7 +120,6 @@ def test_saxpy_sample_checks_its_arguments(tmp_path):
 OUTPUTS = ("saxpy.c", "libsaxpy.so", "saxpy.h")
 
 
-@needs_pipeline
 @pytest.mark.parametrize("cflags", ["", "-g"])  # with -g, no staging path may reach the debug info
 def test_two_builds_are_byte_identical(tmp_path, cflags):
   for d in ("a", "b"): assert uopc(SAXPY, "-o", tmp_path / d, env={"CFLAGS": cflags}).exit_code == 0
@@ -160,7 +130,6 @@ def test_two_builds_are_byte_identical(tmp_path, cflags):
 def _snapshot(d: Path) -> dict[str, bytes]: return {p.name: p.read_bytes() for p in sorted(d.iterdir())}
 
 
-@needs_pipeline
 def test_bad_input_leaves_earlier_outputs_untouched(tmp_path):
   out = tmp_path / "out"
   assert uopc(SAXPY, "-o", out).exit_code == 0
@@ -174,7 +143,6 @@ def test_bad_input_leaves_earlier_outputs_untouched(tmp_path):
   assert _snapshot(out) == before
 
 
-@needs_pipeline
 def test_c_compiler_failure_is_an_internal_error_and_leaves_outputs(tmp_path):
   out = tmp_path / "out"
   assert uopc(SAXPY, "-o", out).exit_code == 0
@@ -188,14 +156,12 @@ def test_c_compiler_failure_is_an_internal_error_and_leaves_outputs(tmp_path):
   assert _snapshot(out) == before
 
 
-@needs_pipeline
 def test_cflags_from_the_environment_reach_the_compiler(tmp_path):
   r = uopc(SAXPY, "-o", tmp_path, env={"CFLAGS": "-DFOO -Werror=this-is-not-a-warning"})
   assert r.exit_code == 2 and "this-is-not-a-warning" in r.stderr
 
 
 # ---- options ---------------------------------------------------------------------------------------------
-@needs_pipeline
 def test_depfile_lists_artifacts_and_input(tmp_path, monkeypatch):
   monkeypatch.chdir(tmp_path)
   (tmp_path / "my model.uop").write_text(SAXPY.read_text())
@@ -203,7 +169,6 @@ def test_depfile_lists_artifacts_and_input(tmp_path, monkeypatch):
   assert (tmp_path / "out" / "m.d").read_text() == "out/m.c out/libm.so out/m.h: my\\ model.uop\n"
 
 
-@needs_pipeline
 def test_mf_names_the_depfile_and_emit_header_writes_only_the_header(tmp_path, monkeypatch):
   monkeypatch.chdir(tmp_path)
   (tmp_path / "deps").mkdir()
@@ -213,7 +178,6 @@ def test_mf_names_the_depfile_and_emit_header_writes_only_the_header(tmp_path, m
   assert (tmp_path / "deps" / "h.d").read_text() == f"inc/saxpy.h: {SAXPY}\n"
 
 
-@needs_pipeline
 def test_print_after_linearize(tmp_path):
   r = uopc(SAXPY, "-o", tmp_path, "--print-after", "linearize")
   assert r.exit_code == 0, r.output
@@ -223,7 +187,6 @@ def test_print_after_linearize(tmp_path):
   for op in ("RANGE", "LOAD", "STORE", "END"): assert any(op in w for w in ops), (op, body)
 
 
-@needs_pipeline
 def test_print_before_render_and_after_render_show_ir_then_c(tmp_path):
   r = uopc(SAXPY, "-o", tmp_path, "--print-before", "render", "--print-after", "render")
   assert r.exit_code == 0, r.output
@@ -234,7 +197,6 @@ def test_print_before_render_and_after_render_show_ir_then_c(tmp_path):
 
 
 
-@needs_front_end
 def test_a_file_without_entries_is_an_error(tmp_path):
   src = tmp_path / "empty.uop"
   src.write_text("# nothing here\n")
