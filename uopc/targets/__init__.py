@@ -67,9 +67,4 @@ def target_names() -> tuple[str, ...]: return tuple(TARGET_MODULES)
 def get_target(name: str) -> Target:
   if name not in TARGET_MODULES:
     raise UnknownTargetError(f"unknown target '{name}'; targets: {', '.join(TARGET_MODULES)}")
-  try:
-    module = importlib.import_module(TARGET_MODULES[name])
-  except ModuleNotFoundError as e:
-    if not (e.name or "").startswith("uopc."): raise
-    raise UnknownTargetError(f"target {name} is not available yet") from e
-  return module.TARGET
+  return importlib.import_module(TARGET_MODULES[name]).TARGET
