@@ -25,7 +25,7 @@ from typing import Sequence
 
 from uopc.launcher import (EntryArg, EntryKernels, header_file, arg_checks, c_identifier, c_param, c_string, entry_accessors,
                            entry_args, launched, metadata_tables, strerror_function)
-from uopc.targets.geometry import MAX_WORKGROUP, Geometry, size_expr
+from uopc.targets.geometry import MAX_WORKGROUP, launch_operands
 
 HIP_STATUS = (("UOPC_HIP_ERR_NO_RUNTIME", 100, "libamdhip64.so (the HIP runtime) or a function it needs was not found"),
               ("UOPC_HIP_ERR_NO_CODE_OBJECT", 101, "none of the library's code objects runs on this GPU"),
@@ -186,16 +186,7 @@ static int {prefix}__free_workspace(void* workspace, hipStream_t stream, int sta
 def _kernel_launch(prefix: str, index: int, kernel, by_key: dict[tuple, EntryArg], offsets: dict[int, int]) -> list[str]:
   """One kernel's launch; an intermediate buffer is a pointer into the workspace, made a local so that
   the argument array can point at it."""
-  geometry: Geometry = kernel.geometry
-  var_names = {a.key: a.c_name for a in by_key.values() if a.kind == "var"}
-  actual, locals_ = [], []
-  for i, p in enumerate(kernel.params):
-    if p.kind == "buffer" and p.slot in offsets:
-      locals_.append(f"    void* tmp{i} = (unsigned char*)workspace + {offsets[p.slot]};")
-      actual.append(f"tmp{i}")
-    else: actual.append(by_key[("buffer", p.slot) if p.kind == "buffer" else ("var", p.name)].c_name)
-  grid = ", ".join(size_expr(s, var_names) for s in geometry.grid)
-  block = ", ".join(size_expr(s, var_names) for s in geometry.block)
+  locals_, actual, grid, block = launch_operands(kernel, by_key, offsets, "    void* ws{i} = (unsigned char*)workspace + {offset};")
   return [f"  {{ /* {kernel.name} */", *locals_,
           f"    void* args[] = {{{', '.join(f'(void*)&{a}' for a in actual) or 'NULL'}}};",
           f"    const int64_t grid[3] = {{{grid}}}, block[3] = {{{block}}};",

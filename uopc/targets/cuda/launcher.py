@@ -25,7 +25,7 @@ from typing import Sequence
 
 from uopc.launcher import (EntryArg, EntryKernels, header_file, arg_checks, c_identifier, c_param, c_string, entry_accessors,
                            entry_args, launched, metadata_tables, strerror_function)
-from uopc.targets.geometry import size_expr
+from uopc.targets.geometry import launch_operands
 
 CUDA_STATUS = (("UOPC_CUDA_ERR_NO_DRIVER", 100, "libcuda.so.1 (the CUDA driver) or one of its functions was not found"),
                ("UOPC_CUDA_ERR_NO_CONTEXT", 101, "the calling thread has no current CUDA context"),
@@ -169,15 +169,7 @@ static int {p}__launch(CUfunction fn, const int64_t grid[3], const int64_t block
 
 
 def _kernel_launch(prefix: str, index: int, kernel, by_key: dict[tuple, EntryArg], offsets: dict[int, int]) -> list[str]:
-  var_names = {a.key: a.c_name for a in by_key.values() if a.kind == "var"}
-  lines, actual = [], []
-  for i, p in enumerate(kernel.params):
-    if p.kind == "buffer" and p.slot in offsets:  # an intermediate: the workspace at its planned offset
-      lines.append(f"    CUdeviceptr ws{i} = workspace + {offsets[p.slot]};")
-      actual.append(f"ws{i}")
-    else: actual.append(by_key[("buffer", p.slot) if p.kind == "buffer" else ("var", p.name)].c_name)
-  grid = ", ".join(size_expr(s, var_names) for s in kernel.geometry.grid)
-  block = ", ".join(size_expr(s, var_names) for s in kernel.geometry.block)
+  lines, actual, grid, block = launch_operands(kernel, by_key, offsets, "    CUdeviceptr ws{i} = workspace + {offset};")
   return [f"    {{ /* {kernel.name} */", *(f"  {line}" for line in lines),
           f"      void* args[] = {{{', '.join(f'(void*)&{a}' for a in actual) or 'NULL'}}};",
           f"      const int64_t grid[3] = {{{grid}}}, block[3] = {{{block}}};",
