@@ -12,8 +12,10 @@ import pathlib
 import numpy as np
 import pytest
 
-from test_c_ops import CASES, NP, mismatches
+from gpu_samples import SAMPLES, assert_matches, c_target_runs
+from test_c_ops import CASES, mismatches
 from test_llvm_ops import seed_comparisons
+from uopc.driver import BuildOptions, build
 from uopc.launcher import EntryKernels, c_identifier, entry_args, kernel_name
 from uopc.stages.isel import capabilities, isel
 from uopc.stages.linearize import linearize
@@ -105,36 +107,9 @@ def test_every_op_and_dtype_matches_numpy(gpu, tmp_path):
   assert not failures, "\n".join(failures)
 
 
-def _inputs(args, rng) -> list[np.ndarray]:
-  """Arrays for the buffers: floats normal, integers 0 or 1 (safe as indices), 4096 elements when the size is not known."""
-  out = []
-  for a in (a for a in args if a.kind == "buffer"):
-    n = int(np.prod(a.shape)) if a.shape else 4096
-    t = NP[a.dtype]
-    out.append(rng.standard_normal(n).astype(t) if a.dtype.is_float() else rng.integers(0, 2, n).astype(t))
-  return out
-
-
-@pytest.mark.parametrize("sample", sorted(p.name for p in (ROOT / "samples").glob("*.uop")))
+@pytest.mark.parametrize("sample", SAMPLES)
 def test_samples_match_the_c_target(gpu, sample, tmp_path):
-  from uopc.driver import BuildOptions, build
-  from uopc.frontend import load_module
-  from uopc.pipeline import compile_module
-  path = ROOT / "samples" / sample
-  name = path.stem
-  amd_paths = build(path, BuildOptions(target="amd", out_dir=tmp_path / "amd"))
-  c_paths = build(path, BuildOptions(target="c", out_dir=tmp_path / "c"))
-  amd_lib = ctypes.CDLL(str(next(p for p in amd_paths if p.suffix == ".so")))
-  c_lib = ctypes.CDLL(str(next(p for p in c_paths if p.suffix == ".so")))
-  rng = np.random.default_rng(11)
-  for entry in compile_module(load_module(str(path)), "c", name):
-    args = entry_args(entry)
-    arrays = _inputs(args, rng)
-    variables = {a.key: min(a.vmax, max(a.vmin, 16)) for a in args if a.kind == "var"}
-    expected = [x.copy() for x in arrays]
-    fn = getattr(c_lib, f"{c_identifier(name)}_{entry.name}")
-    fn.argtypes = [ctypes.c_void_p] * len(arrays) + [ctypes.c_int64] * len(variables)
-    assert fn(*(x.ctypes.data for x in expected), *variables.values()) == 0
-    got = call(gpu, amd_lib, name, entry, arrays, variables)
-    for a, g, e in zip((a for a in args if a.kind == "buffer"), got, expected):
-      np.testing.assert_allclose(g.astype(np.float64), e.astype(np.float64), rtol=1e-5, atol=1e-6, err_msg=f"{entry.name}: {a.name}")
+  paths = build(ROOT / "samples" / sample, BuildOptions(target="amd", out_dir=tmp_path / "amd"))
+  amd_lib = ctypes.CDLL(str(next(p for p in paths if p.suffix == ".so")))
+  for run in c_target_runs(sample, tmp_path / "c"):
+    assert_matches(run, call(gpu, amd_lib, pathlib.Path(sample).stem, run.entry, run.arrays, run.variables))

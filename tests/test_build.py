@@ -37,34 +37,8 @@ def run_c(tmp: Path, out: Path, name: str, body: str, includes: str = "") -> str
 
 
 # ---- the seeds' programs ---------------------------------------------------------------------------------
-SEED002_ADD1 = """0 UOps.DEFINE_GLOBAL : ptr.dtypes.int [] (0, 'data0', True)
-1 UOps.DEFINE_GLOBAL : ptr.dtypes.int [] (1, 'data1', False)
-2 UOps.DEFINE_GLOBAL : ptr.dtypes.int [] (2, 'data2', False)
-3 UOps.CONST : dtypes.int [] 0
-4 UOps.LOAD : dtypes.int [1, 3] None
-5 UOps.LOAD : dtypes.int [2, 3] None
-6 UOps.ALU : dtypes.int [4, 5] BinaryOps.ADD
-7 UOps.STORE : [0, 3, 6] None
-"""
-SEED002_ADD_LIDX = """0 UOps.DEFINE_GLOBAL : ptr.dtypes.int [] (0, 'data0', True)
-1 UOps.DEFINE_GLOBAL : ptr.dtypes.int [] (1, 'data1', False)
-2 UOps.DEFINE_GLOBAL : ptr.dtypes.int [] (2, 'data2', False)
-3 UOps.SPECIAL : dtypes.int [] (0, 'lidx0', 2)
-4 UOps.LOAD : dtypes.int [1, 3] None
-5 UOps.LOAD : dtypes.int [2, 3] None
-6 UOps.ALU : dtypes.int [4, 5] BinaryOps.ADD
-7 UOps.STORE : [0, 3, 6] None
-"""
-SEED002_CAST = """0 UOps.DEFINE_GLOBAL : ptr.dtypes.float [] (0, 'data0', True)
-1 UOps.DEFINE_GLOBAL : ptr.dtypes.int [] (1, 'data1', False)
-2 UOps.DEFINE_GLOBAL : ptr.dtypes.int [] (2, 'data2', False)
-3 UOps.SPECIAL : dtypes.int [] (0, 'lidx0', 2)
-4 UOps.LOAD : dtypes.int [1, 3] None
-5 UOps.LOAD : dtypes.int [2, 3] None
-6 UOps.ALU : dtypes.int [4, 5] BinaryOps.ADD
-7 UOps.CAST : dtypes.float [6] dtypes.float
-8 UOps.STORE : [0, 3, 7] None
-"""
+SAMPLES = Path(__file__).resolve().parent.parent / "samples"
+SEED002_ADD1, SEED002_ADD_LIDX, SEED002_CAST = ((SAMPLES / f"seed002_{n}.uop").read_text() for n in ("add1", "add2", "cast"))
 # seed 001's STORE example (data0[0] = 10) and ALU example (data0[0] = data1[0] + data2[0]) as listings
 SEED001_STORE = """0 UOps.DEFINE_GLOBAL : ptr.dtypes.int [] (0, 'data0', True)
 1 UOps.CONST : dtypes.int [] 0
