@@ -33,14 +33,15 @@ class Call:
   args: tuple
 
 
-def compile_c(source: str, compiler: str = "gcc", sanitize: bool = False, shared: bool = True) -> Path:
-  """Compile `source` warning-free (-Wall -Wextra -Werror) to a .so (or an object file); returns its path.
-  Raises AssertionError with the compiler's output when it does not compile cleanly."""
+def compile_c(source: str, compiler: str = "gcc", sanitize: bool = False, shared: bool = True, extra: tuple[str, ...] = ()) -> Path:
+  """Compile `source` warning-free (-Wall -Wextra -Werror) to a .so (or an object file), with `extra` flags
+  (e.g. -march=native); returns its path. Raises AssertionError with the compiler's output when it does not
+  compile cleanly."""
   out_dir = Path(tempfile.mkdtemp(prefix="uopc_c_"))
   src = out_dir / "kernels.c"
   src.write_text(source)
   out = out_dir / ("kernels.so" if shared else "kernels.o")
-  cmd = [compiler, *WARNING_FLAGS, "-O1", "-fPIC", *(SANITIZE_FLAGS if sanitize else ()),
+  cmd = [compiler, *WARNING_FLAGS, "-O1", "-fPIC", *extra, *(SANITIZE_FLAGS if sanitize else ()),
          *(("-shared", "-o", str(out), str(src), "-lm") if shared else ("-c", "-o", str(out), str(src)))]
   res = subprocess.run(cmd, capture_output=True, text=True)
   assert res.returncode == 0 and not res.stderr, f"{' '.join(cmd)} failed:\n{res.stderr}\n--- source ---\n{source}"

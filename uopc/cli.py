@@ -126,7 +126,8 @@ NAME.h (its header) in DIR. NAME is FILE's stem unless --name says; every C symb
 (characters outside [A-Za-z0-9_] made `_`), e.g. `int NAME_ENTRY(...)` per entry (see NAME.h).
 
 The C compiler is $CC (default cc); $CFLAGS are added after uopc's flags (-O3, PIC, hidden
-visibility, no FP contraction), so they win. Outputs are replaced only when every artifact was
+visibility, no FP contraction, --cpu's -march), so they win. The library is portable by default;
+--cpu native (or x86-64-v3, x86-64-v4) builds it for wider vectors, with larger register tiles. Outputs are replaced only when every artifact was
 built, and the same input gives byte-identical outputs.
 
 \b
@@ -165,6 +166,11 @@ def _comma_list(ctx, param, value: str | None) -> tuple[str, ...] | None:
 @click.option("--fast-math", is_flag=True,
               help="Allow the target's approximate instructions (e.g. PTX ex2/lg2/sin.approx, fused multiply-add) "
                    "below the SPEC-NOTES accuracy bar. Off by default.")
+@click.option("--cpu", default="portable", show_default=True, type=click.Choice(["portable", "native", "x86-64-v2", "x86-64-v3", "x86-64-v4"]),
+              help="-t c: the instruction set the library is built for. portable: the architecture's baseline (x86-64: SSE2), "
+                   "runs on any machine of the architecture; x86-64-v3 (AVX2), x86-64-v4 (AVX-512) or native (-march=native: "
+                   "the build machine's) give wider vectors, and the heuristics larger register tiles, but the library dies with "
+                   "SIGILL on a CPU without them. No FMA either way (-ffp-contract=off).")
 @click.option("--name", default=None, help="NAME of the outputs and prefix of the C symbols (default: FILE's stem).")
 @click.option("--opts", "pinned", multiple=True, metavar="KERNEL:OPTS|@FILE",
               help="Apply these opts to KERNEL instead of the heuristics, e.g. 'NAME__gemm_k0:SPLIT(1,8,u),SPLIT(0,4,u)' "
@@ -173,7 +179,7 @@ def _comma_list(ctx, param, value: str | None) -> tuple[str, ...] | None:
                    "@FILE reads one KERNEL:OPTS line per kernel. Repeatable.")
 @compiler_command
 def build(file, target, out_dir, emit, archs, opt_level, print_before, print_after, make_deps, dep_file, allow_custom, fast_math,
-          name, pinned):
+          cpu, name, pinned):
   from uopc.driver import BuildOptions, build as run_build, check_target, lib_name
   from uopc.pipeline import UnknownStageError, check_stage_name
   from uopc.stages.optimize import parse_schedule
@@ -187,7 +193,7 @@ def build(file, target, out_dir, emit, archs, opt_level, print_before, print_aft
   out = Path(out_dir)
   depfile = Path(dep_file) if dep_file else (out / f"{name}.d" if make_deps else None)
   run_build(file, BuildOptions(target, out, emit, int(opt_level), print_before, print_after, None, depfile, name, archs or (), allow_custom=allow_custom,
-                               schedule=schedule, fast_math=fast_math))
+                               schedule=schedule, fast_math=fast_math, cpu=cpu))
 
 
 _RUN_HELP = """Run entry NAME of FILE on numpy arrays and print every buffer it writes (numpy style).

@@ -8,6 +8,7 @@ earlier outputs untouched and no partial files. The same input and flags give by
 from __future__ import annotations
 
 import os
+import platform
 import re
 import shlex
 import shutil
@@ -24,12 +25,47 @@ from uopc.targets import BuildRequest, Target, UnknownTargetError, get_target
 
 # Flags for fast code on the host CPU's baseline ISA. No -march=native: libraries built in CI are
 # shipped to other machines, where native code can die with SIGILL, and the .so would depend on the
-# build host (breaking reproducible builds). Add it through CFLAGS when building for this machine.
+# build host (breaking reproducible builds). `--cpu native` builds for this machine (see CPU_LEVELS).
 # -O3 turns the vectoriser on. -ffp-contract=off: no fused multiply-add behind the program's back,
 # so float results match the IR's rounding on every target. -fno-math-errno: math calls need not set
 # errno (kernels never read it), which lets them vectorise without changing any value. -pthread: THREAD
 # axes run on worker threads (uopc/targets/c/threads.py).
 BASE_CFLAGS = ("-fPIC", "-shared", "-fvisibility=hidden", "-ffp-contract=off", "-fno-math-errno", "-pthread")
+
+# `--cpu LEVEL`: the instruction set the C library is built for. "portable" (the default) adds no
+# -march and runs on every machine of the architecture; the others trade that for wider vectors:
+# x86-64-v2 (SSE4.2), x86-64-v3 (AVX2, FMA), x86-64-v4 (AVX-512), native (the build host's, which
+# also makes the .so depend on the machine that built it). FMA is never used either way
+# (-ffp-contract=off). The heuristics size their register tiles by the vector registers the level
+# has, which the compiler's predefined macros for these flags tell (see cpu_vector_bytes).
+CPU_LEVELS = ("portable", "native", "x86-64-v2", "x86-64-v3", "x86-64-v4")
+PORTABLE_VECTOR_BYTES = 16  # SSE2 on x86-64, NEON on arm64: the baseline every 64-bit host has
+
+
+def cpu_flags(cpu: str, machine: str | None = None) -> tuple[str, ...]:
+  """The compiler flags of `--cpu cpu` (native: -march=native on x86, -mcpu=native elsewhere)."""
+  if cpu not in CPU_LEVELS: raise CompileError([error(None, f"unknown --cpu '{cpu}'; levels: {', '.join(CPU_LEVELS)}")])
+  if cpu == "portable": return ()
+  if cpu == "native" and (machine or platform.machine()).lower() not in ("x86_64", "amd64", "i386", "i686"): return ("-mcpu=native",)
+  return (f"-march={cpu}",)
+
+
+def cpu_vector_bytes(cpu: str, env: Mapping[str, str]) -> int:
+  """Bytes of the widest vector register `--cpu cpu` gives the C compiler ($CC): 64 where it
+  defines __AVX512F__ for those flags, 32 for __AVX__, else 16. Asking the compiler (`-dM -E`)
+  also checks that it takes the flags, with a clear error where it does not."""
+  flags = cpu_flags(cpu)
+  if not flags: return PORTABLE_VECTOR_BYTES
+  cmd = [*shlex.split(env.get("CC") or "cc"), *flags, "-dM", "-E", "-x", "c", os.devnull]
+  try:
+    done = subprocess.run(cmd, capture_output=True, text=True)
+  except OSError as e:
+    raise CompileError([error(None, f"cannot run the C compiler '{cmd[0]}' ({e.strerror}); set CC to a C compiler")]) from e
+  if done.returncode != 0:
+    raise CompileError([error(None, f"--cpu {cpu}: the C compiler does not take {' '.join(flags)}: {shlex.join(cmd)}",
+                              (done.stderr.strip().splitlines() or ["(no output)"])[0])])
+  macros = {line.split()[1] for line in done.stdout.splitlines() if line.startswith("#define ") and len(line.split()) > 1}
+  return 64 if "__AVX512F__" in macros else 32 if "__AVX__" in macros else PORTABLE_VECTOR_BYTES
 
 
 class ToolchainError(Exception):
@@ -51,6 +87,7 @@ class BuildOptions:
   schedule: Mapping[str, tuple] | None = None  # kernel name -> the opts --opts pins (uopc.stages.optimize)
   allow_custom: bool = False       # compile CUSTOM/CUSTOMI (unchecked target source text)
   fast_math: bool = False          # allow the targets' approximate instructions (below the SPEC-NOTES accuracy bar)
+  cpu: str = "portable"            # -t c: the instruction set the library is built for (CPU_LEVELS)
   env: Mapping[str, str] = field(default_factory=lambda: os.environ)
 
 
@@ -84,12 +121,14 @@ def build(path: str | Path, opts: BuildOptions = BuildOptions()) -> list[Path]:
   emit = check_emit(target, opts.emit, archs)
   for stage in opts.print_before + opts.print_after: check_stage_name(opts.target, stage)
   name = lib_name(path, opts.name)
-  entries = _lower(str(path), opts, name)
+  if opts.cpu != "portable" and opts.target != "c":
+    raise CompileError([error(None, f"--cpu {opts.cpu} is for -t c; -t {opts.target} builds for its own targets")])
+  entries = _lower(str(path), opts, name, cpu_vector_bytes(opts.cpu, opts.env))
   outputs = {k: opts.out_dir / f for k, f in target.artifacts(name, archs).items() if k in emit}
   opts.out_dir.mkdir(parents=True, exist_ok=True)
   staging = Path(tempfile.mkdtemp(prefix=f".{name}.uopc-", dir=opts.out_dir))
   try:
-    staged = target.build(BuildRequest(staging, name, entries, emit, opts.opt_level, archs, opts.env))
+    staged = target.build(BuildRequest(staging, name, entries, emit, opts.opt_level, archs, opts.env, cpu_flags(opts.cpu)))
     if opts.depfile is not None:
       staged[opts.depfile] = staging / "deps.d"
       staged[opts.depfile].write_text(make_dependencies(list(outputs.values()), [Path(path)]))
@@ -101,7 +140,7 @@ def build(path: str | Path, opts: BuildOptions = BuildOptions()) -> list[Path]:
   return list(outputs.values()) + ([opts.depfile] if opts.depfile is not None else [])
 
 
-def _lower(path: str, opts: BuildOptions, name: str):
+def _lower(path: str, opts: BuildOptions, name: str, vector_bytes: int):
   from uopc.frontend import load_module
   from uopc.verify import verify_module
   module = load_module(path)
@@ -110,7 +149,7 @@ def _lower(path: str, opts: BuildOptions, name: str):
   if errors: raise CompileError(errors, {module.path: module.text})
   for d in diags: print(d.format(module.text), file=sys.stderr)
   printing = PrintOptions(frozenset(opts.print_before), frozenset(opts.print_after), opts.print_out or sys.stdout)
-  return compile_module(module, opts.target, name, printing, opts.schedule, opts.fast_math)
+  return compile_module(module, opts.target, name, printing, opts.schedule, opts.fast_math, vector_bytes)
 
 
 def _custom_code(module) -> list:
@@ -124,16 +163,17 @@ def _custom_code(module) -> list:
 def _loc_key(loc) -> tuple: return (loc.line, loc.col) if loc else (0, 0)
 
 
-def compiler_command(source: Path, output: Path, opt_level: int, env: Mapping[str, str]) -> list[str]:
-  """CC (default cc), our flags, then CFLAGS so the user has the last word. Run in the source's
-  directory with relative names, and the staging path mapped away, so it is not embedded in the .so."""
+def compiler_command(source: Path, output: Path, opt_level: int, env: Mapping[str, str], extra: tuple[str, ...] = ()) -> list[str]:
+  """CC (default cc), our flags and `extra` (--cpu's), then CFLAGS so the user has the last word. Run in
+  the source's directory with relative names, and the staging path mapped away, so it is not embedded
+  in the .so."""
   cc = shlex.split(env.get("CC") or "cc")
-  return [*cc, *BASE_CFLAGS, f"-O{opt_level}", f"-ffile-prefix-map={source.parent.resolve()}=.", *shlex.split(env.get("CFLAGS", "")),
+  return [*cc, *BASE_CFLAGS, f"-O{opt_level}", *extra, f"-ffile-prefix-map={source.parent.resolve()}=.", *shlex.split(env.get("CFLAGS", "")),
           "-o", output.name, source.name, "-lm"]  # kernels call libm (sinf, exp2f, ...)
 
 
-def compile_shared(source: Path, output: Path, opt_level: int, env: Mapping[str, str]) -> None:
-  cmd = compiler_command(source, output, opt_level, env)
+def compile_shared(source: Path, output: Path, opt_level: int, env: Mapping[str, str], extra: tuple[str, ...] = ()) -> None:
+  cmd = compiler_command(source, output, opt_level, env, extra)
   try:
     done = subprocess.run(cmd, cwd=source.parent, capture_output=True, text=True)
   except OSError as e:

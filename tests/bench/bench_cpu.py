@@ -27,6 +27,8 @@ import machine  # noqa: E402
 from runners import Numpy, Prepared, Tinygrad, Uopc, Unavailable  # noqa: E402
 from workloads import Tolerance, Workload, all_workloads  # noqa: E402
 
+from uopc.driver import CPU_LEVELS  # noqa: E402
+
 COLUMNS = ("uopc", "numpy", "tinygrad")
 MIN_RUNS = 3
 YARDSTICK_N = 1 << 24
@@ -178,6 +180,8 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
   ap.add_argument("--filter", action="append", default=[], help="run only workloads whose group or name contains this (repeatable)")
   ap.add_argument("--budget", type=float, default=1.0, help="seconds of timed runs per cell (default 1)")
   ap.add_argument("--max-runs", type=int, default=20, help="at most this many timed runs per cell (default 20)")
+  ap.add_argument("--cpu", default="native", choices=CPU_LEVELS,
+                  help="`uopc build --cpu` (default native: tinygrad's CPU backend compiles with clang -march=native too)")
   ap.add_argument("--build-arg", action="append", default=[], help="an extra argument of `uopc build` (repeatable), e.g. --build-arg=-O2")
   ap.add_argument("--no-tinygrad", action="store_true", help="leave the tinygrad column out")
   ap.add_argument("--output", type=Path, help="also write the report to this file")
@@ -190,7 +194,7 @@ def selected(filters: list[str], group: str, name: str) -> bool:
 
 def make_columns(args, workdir: Path, env: dict[str, str], notes: list[str]) -> tuple[dict, str]:
   """The runners, and tinygrad's version or why it is missing (said once, in the notes)."""
-  columns = {"uopc": Uopc(workdir, tuple(args.build_arg), env), "numpy": Numpy()}
+  columns = {"uopc": Uopc(workdir, ("--cpu", args.cpu, *args.build_arg), env), "numpy": Numpy()}
   if args.no_tinygrad:
     notes.append("tinygrad: n/a (--no-tinygrad)")
     return columns, "not run (--no-tinygrad)"
@@ -212,7 +216,7 @@ def main(argv: list[str]) -> int:
   env = dict(os.environ)  # uopc builds with the caller's $CC and $CFLAGS (the tinygrad column sets CC=clang)
   with tempfile.TemporaryDirectory(prefix="uopc-bench-") as tmp:
     columns, tinygrad = make_columns(args, Path(tmp), env, notes)
-    machine_rows = machine.describe(env, tinygrad)
+    machine_rows = machine.describe(env, tinygrad, args.cpu)
     rows = [yardstick(args.budget, args.max_runs)] if selected(args.filter, "elementwise", YARDSTICK_NAME) else []
     for seed, w in enumerate(workloads):
       rows.append(run_workload(w, seed, columns, args.budget, args.max_runs, failures))

@@ -70,8 +70,19 @@ def uopc_revision() -> str:
   return rev + (" with uncommitted changes under uopc/" if dirty else "")
 
 
-def describe(env: dict[str, str], tinygrad: str) -> list[tuple[str, str]]:
-  """(what, value) rows; `env` is the environment uopc builds with, `tinygrad` its version or why it is absent."""
+def uopc_cpu(cpu: str, env: dict[str, str]) -> str:
+  """`uopc build --cpu` level, its flags and the vector width the heuristics size their tiles by."""
+  from uopc.diagnostics import CompileError
+  from uopc.driver import cpu_flags, cpu_vector_bytes
+  try:
+    return f"`--cpu {cpu}` ({' '.join(cpu_flags(cpu)) or 'no -march'}; {cpu_vector_bytes(cpu, env)}-byte vectors)"
+  except CompileError as e:
+    return f"`--cpu {cpu}`: {e}"
+
+
+def describe(env: dict[str, str], tinygrad: str, cpu: str = "portable") -> list[tuple[str, str]]:
+  """(what, value) rows; `env` is the environment uopc builds with, `tinygrad` its version or why it is
+  absent, `cpu` the `uopc build --cpu` level."""
   return [
     ("CPU", f"{cpu_model()} ({platform.machine()}; {cpu_flags()})"),
     ("cores", cores()),
@@ -81,6 +92,7 @@ def describe(env: dict[str, str], tinygrad: str) -> list[tuple[str, str]]:
     ("Python", platform.python_version()),
     ("numpy", f"{np.__version__}, BLAS {blas()}"),
     ("uopc C compiler ($CC)", compiler(env.get("CC") or "cc") + (f", CFLAGS={env['CFLAGS']!r}" if env.get("CFLAGS") else "")),
+    ("uopc build", uopc_cpu(cpu, env)),
     ("tinygrad", tinygrad),
     ("clang (tinygrad's compiler)", compiler("clang")),
     ("uopc revision", uopc_revision()),

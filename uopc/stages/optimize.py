@@ -152,11 +152,14 @@ class TargetCaps:
   max_local: int = 256         # threads of a workgroup
 
 
-def target_caps(target: str) -> TargetCaps:
+def target_caps(target: str, vector_bytes: int | None = None) -> TargetCaps:
   """CPU targets (c, llvm) and GPU targets (cuda, amd, metal). The CPU targets share the C launcher, which
-  runs THREAD axes on worker threads. Both build for portable x86-64 (SSE: 4 x f32); 8-lane values still
-  pay off there, as two SSE registers of independent work per value (see the heuristics)."""
-  if target in ("c", "llvm"): return TargetCaps(target, gpu=False, threads=True, vector_width=4, aligned_vectors=False)
+  runs THREAD axes on worker threads. Both build for the portable baseline by default (x86-64's SSE:
+  16-byte registers, 4 x f32); `vector_bytes` is the register width -t c builds for with `--cpu`
+  (32 for AVX2, 64 for AVX-512): vector values get that many bytes' worth of f32 lanes, and the
+  heuristics size their register tiles by it."""
+  if target == "c": return TargetCaps(target, gpu=False, threads=True, vector_width=(vector_bytes or 16) // 4, aligned_vectors=False)
+  if target == "llvm": return TargetCaps(target, gpu=False, threads=True, vector_width=4, aligned_vectors=False)
   return TargetCaps(target, gpu=True, threads=False, vector_width=4, aligned_vectors=True)
 
 
@@ -499,7 +502,8 @@ def optimize(sink: UOp, kernel: str, caps: TargetCaps, pinned: tuple[Opt, ...] |
 
 THREAD_MIN_WORK = 1 << 17  # iterations below which starting threads costs more than it saves
 THREAD_TASKS = 32          # tasks a THREAD axis aims for: enough to balance any core count up to it
-CPU_TILE = (8, 4, 2)       # UPCAST factors tried on a CPU: 8 lanes is two SSE registers (or one AVX one)
+CPU_TILE_ROWS = (8, 4, 2)  # UPCAST factors of a CPU register tile's second output axis (rows of a gemm's C)
+CPU_GATHER_LANES = 8       # lanes of the contiguous output axis when its reads are strided (a row sum's rows)
 
 
 class _Planner:
@@ -557,22 +561,35 @@ def _contiguous_output(plan: _Planner) -> int | None:
   return next((i for i in plan.axes(AxisType.GLOBAL) if strides.get(axes[i]) == 1), None)
 
 
+def _reads_contiguously(plan: _Planner, i: int) -> bool:
+  """Every global LOAD that axis i moves reads consecutive elements along it (its coefficient is 1)."""
+  r = kernel_axes(plan.sink)[i]
+  for u in _memory_ops(plan.sink):
+    if u.op is not Ops.LOAD or not _is_global(root_buffer(u.src[0])) or r not in u.src[0].src[1].toposort(): continue
+    form = affine(u.src[0].src[1])
+    if form is None or not ((c := form[0].get(r)) is not None and c.op is Ops.CONST and c.arg == 1): return False
+  return True
+
+
 def _cpu_heuristics(plan: _Planner) -> None:
-  """Measured on the portable x86-64 build (SSE, 4 x f32 per register; see tests/bench_optimize.py):
-  - elementwise: UPCAST the contiguous output axis by two vectors (8 lanes);
-  - reductions: a register tile of independent accumulators, 8 along the contiguous output axis and 8
-    along another output axis (16 SSE registers' worth), the reduce axis unrolled by 2 (small reduce
-    axes, up to 8, unrolled whole); the contiguous axis's blocks outermost, so that the block of a
-    gemm's B it reads stays in cache while the other axis's blocks stream past (45 vs 21 GFLOP/s for
-    gemm 1024 on 2 cores with the 4x8 tile and the other order);
+  """Sized by the vector registers of the build (`caps.vector_width` f32 lanes, W: 4 for the portable
+  x86-64 build's SSE, 8 for AVX2, 16 for AVX-512; see `--cpu`), measured on 2 cores (tests/bench_optimize.py):
+  - elementwise: UPCAST the contiguous output axis by two registers' worth (2W lanes);
+  - reductions: a register tile of independent accumulators, 2W along the contiguous output axis (two
+    registers) and 8 along another output axis, the reduce axis unrolled by 2 (small reduce axes, up
+    to 8, unrolled whole); the contiguous axis's blocks outermost, so that the block of a gemm's B it
+    reads stays in cache while the other axis's blocks stream past (45 vs 21 GFLOP/s for gemm 1024 on
+    2 cores with the portable 4x8 tile and the other order). A tile two registers wide reads whole
+    64-byte cache lines of B on AVX-512 (gemm 1024: 110 vs 73 GFLOP/s with 16 lanes);
   - THREAD tasks over the outermost GLOBAL axis when the kernel is big enough to pay for threads."""
   work = _work(plan.sink)
   inner = _contiguous_output(plan)
+  width = 2 * plan.caps.vector_width if inner is not None and _reads_contiguously(plan, inner) else CPU_GATHER_LANES
   others = [i for i in plan.axes(AxisType.GLOBAL) if i != inner and isinstance(plan.size(i), int)]
-  if inner is not None and plan.split_by_first(inner, CPU_TILE, AxisType.UPCAST):
+  if inner is not None and plan.split_by_first(inner, [width >> i for i in range(width.bit_length() - 1)], AxisType.UPCAST):
     others = [i + (i > inner) for i in others]
   if plan.axes(AxisType.REDUCE):
-    if others and plan.split_by_first(others[-1], CPU_TILE, AxisType.UPCAST) and inner is not None:
+    if others and plan.split_by_first(others[-1], CPU_TILE_ROWS, AxisType.UPCAST) and inner is not None:
       inner += inner > others[-1]
     r = plan.axes(AxisType.REDUCE)[-1]
     if isinstance(plan.size(r), int) and plan.size(r) <= 8: plan.split_by_first(r, (plan.size(r),), AxisType.UNROLL)

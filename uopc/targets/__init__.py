@@ -34,6 +34,7 @@ class BuildRequest:
   opt_level: int = 3
   archs: tuple[str, ...] = ()    # GPU architectures (--arch); () means the target's defaults
   env: Mapping[str, str] = field(default_factory=lambda: os.environ)
+  cpu_flags: tuple[str, ...] = ()  # -t c: the compiler flags of --cpu (uopc.driver.cpu_flags)
 
 
 @dataclass(frozen=True)

@@ -23,7 +23,7 @@ def build(req: BuildRequest) -> dict[str, Path]:
   paths = {kind: req.out_dir / file for kind, file in artifacts(req.name).items()}
   paths["header"].write_text(render_header(req.name, req.entries))
   paths["source"].write_text(render_source(req.name, req.entries, C_PRELUDE))
-  if "so" in req.emit: compile_shared(paths["source"], paths["so"], req.opt_level, req.env)
+  if "so" in req.emit: compile_shared(paths["source"], paths["so"], req.opt_level, req.env, req.cpu_flags)
   return paths
 
 

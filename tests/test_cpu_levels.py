@@ -1,0 +1,141 @@
+"""`uopc build -t c --cpu LEVEL`: the instruction set of the library (the compiler flags), the vector
+width the heuristics size their register tiles by (from the compiler's macros for those flags), and
+libraries built for wider vectors computing bit for bit what the portable build computes, warning-free
+under gcc and clang and clean under ASan/UBSan."""
+from __future__ import annotations
+
+import ctypes
+import io
+import os
+import platform
+import stat
+from pathlib import Path
+
+import numpy as np
+import pytest
+from click.testing import CliRunner
+
+from c_harness import Call, compile_c, have, run_calls
+from test_optimize import LIB, elementwise, equivalence_programs, kernels_of, program, random_inputs, reduction, run_func
+from test_tensor_programs import gemm, softmax
+from uopc.cli import cli
+from uopc.driver import CPU_LEVELS, BuildOptions, build, cpu_flags, cpu_vector_bytes
+from uopc.stages.optimize import heuristic_opts, target_caps
+
+
+def _cpu_has(*flags: str) -> bool:
+  info = Path("/proc/cpuinfo")
+  if platform.machine() not in ("x86_64", "AMD64") or not info.exists(): return False
+  line = next((x for x in info.read_text().splitlines() if x.startswith("flags")), "")
+  return set(flags) <= set(line.split(":", 1)[-1].split())
+
+
+def _compiler_takes(cc: str, level: str) -> bool:
+  try:
+    cpu_vector_bytes(level, {"CC": cc})
+  except Exception:
+    return False
+  return True
+
+
+# the levels this machine can run: native always, the x86-64 levels where the CPU has their instructions
+RUNNABLE = ["native"] + [lv for lv, flags in (("x86-64-v3", ("avx2",)), ("x86-64-v4", ("avx512f", "avx512bw", "avx512vl")))
+                         if _cpu_has(*flags) and _compiler_takes("cc", lv)]
+
+
+def test_levels_are_compiler_flags():
+  assert cpu_flags("portable") == ()
+  assert cpu_flags("x86-64-v3") == ("-march=x86-64-v3",) and cpu_flags("x86-64-v4") == ("-march=x86-64-v4",)
+  assert cpu_flags("native", "x86_64") == ("-march=native",)
+  assert cpu_flags("native", "aarch64") == ("-mcpu=native",)  # arm compilers spell the host CPU -mcpu
+  assert tuple(next(p for p in cli.commands["build"].params if p.name == "cpu").type.choices) == CPU_LEVELS
+
+
+def _fake_cc(tmp_path: Path, macros: dict[str, str]) -> str:
+  """A 'compiler' that prints the predefined macros of each -march it is given (and fails for others)."""
+  script = tmp_path / "fakecc"
+  cases = "".join(f'  *"{flag}"*) printf "%s\\n" {" ".join(repr(f"#define {m} 1") for m in ms.split())} ;;\n' for flag, ms in macros.items())
+  script.write_text(f'#!/bin/sh\ncase "$*" in\n{cases}  *) echo "fakecc: unknown flags: $*" >&2; exit 1 ;;\nesac\n')
+  script.chmod(script.stat().st_mode | stat.S_IEXEC)
+  return str(script)
+
+
+def test_vector_width_comes_from_the_compilers_macros(tmp_path):
+  cc = _fake_cc(tmp_path, {"-march=x86-64-v4": "__SSE2__ __AVX__ __AVX2__ __AVX512F__", "-march=x86-64-v3": "__SSE2__ __AVX__ __AVX2__",
+                           "-march=x86-64-v2": "__SSE2__ __SSE4_2__", "-march=native": "__SSE2__ __AVX__"})
+  env = {"CC": cc}
+  assert [cpu_vector_bytes(lv, env) for lv in ("x86-64-v4", "x86-64-v3", "x86-64-v2", "native")] == [64, 32, 16, 32]
+  assert cpu_vector_bytes("portable", {"CC": "false"}) == 16  # the baseline needs no compiler to ask
+  assert [target_caps("c", b).vector_width for b in (None, 16, 32, 64)] == [4, 4, 8, 16]
+  assert target_caps("llvm", 64).vector_width == 4  # -t llvm builds for the generic CPU whatever it is told
+
+
+def test_a_compiler_without_the_flags_and_other_targets_are_errors(tmp_path):
+  saxpy = Path(__file__).resolve().parent.parent / "samples" / "c-app" / "saxpy.uop"
+  res = CliRunner(env={"CC": _fake_cc(tmp_path, {})}).invoke(cli, ["build", str(saxpy), "-o", str(tmp_path / "o"), "--cpu", "native"])
+  assert res.exit_code == 1 and "--cpu native: the C compiler does not take -march=native" in res.output
+  assert "fakecc: unknown flags" in res.output and not (tmp_path / "o" / "libsaxpy.so").exists()
+  res = CliRunner().invoke(cli, ["build", str(saxpy), "-t", "llvm", "-o", str(tmp_path / "o"), "--cpu", "x86-64-v3"])
+  assert res.exit_code == 1 and "--cpu x86-64-v3 is for -t c" in res.output
+  res = CliRunner().invoke(cli, ["build", str(saxpy), "-o", str(tmp_path / "o"), "--cpu", "pentium"])
+  assert res.exit_code == 1 and "Invalid value for '--cpu'" in res.output
+
+
+def _opts(f, vector_bytes: int | None) -> list[str]:
+  caps = target_caps("c", vector_bytes)
+  return [",".join(map(str, heuristic_opts(k, caps))) for k in kernels_of(f.text(), caps).values()]
+
+
+def test_register_tiles_follow_the_vector_width():
+  g = gemm(1024, 1024, 1024)
+  assert _opts(g, 16) == ["SPLIT(1,8,u),SPLIT(0,8,u),SPLIT(4,2,r),SWAP(0,2),SPLIT(0,32,t,top)"]   # SSE: 2 x 4 lanes by 8 rows
+  assert _opts(g, 32) == ["SPLIT(1,16,u),SPLIT(0,8,u),SPLIT(4,2,r),SWAP(0,2),SPLIT(0,32,t,top)"]  # AVX2: 2 x 8 lanes
+  assert _opts(g, 64) == ["SPLIT(1,32,u),SPLIT(0,8,u),SPLIT(4,2,r),SWAP(0,2),SPLIT(0,32,t,top)"]  # AVX-512: 2 x 16 lanes
+  assert _opts(elementwise(64, 256), 64)[0].startswith("SPLIT(1,32,u)")
+  # a row sum's output axis reads its rows with a stride: 8 rows at a time, whatever the width
+  assert _opts(reduction(4096, 4096, "ADD", 1), 64)[0].startswith("SPLIT(0,8,u)")
+
+
+def _build(tmp_path: Path, text: str, tag: str, cpu: str, cc: str = "cc", cflags: str = "", emit=None) -> Path:
+  (tmp_path / f"{tag}.uop").write_text(text)
+  out = tmp_path / tag
+  build(tmp_path / f"{tag}.uop", BuildOptions("c", out, emit=emit, name=LIB, print_out=io.StringIO(), cpu=cpu,
+                                              env={**os.environ, "CC": cc, "CFLAGS": cflags}))
+  return out
+
+
+# programs of distinct entry names per library: odd sizes (no tile divides them), tiles, THREAD axes
+CHUNKS = [equivalence_programs(64, 48, 32), equivalence_programs(5, 7, 9), [gemm(96, 64, 160), softmax(40, 96), elementwise(33, 200)]]
+
+
+@pytest.mark.parametrize("cc", [c for c in ("gcc", "clang") if have(c)])
+@pytest.mark.parametrize("cpu", RUNNABLE)
+def test_wide_builds_compute_what_the_portable_build_does(tmp_path, cpu, cc):
+  for n, funcs in enumerate(CHUNKS):
+    text = program(funcs)
+    plain = ctypes.CDLL(str(_build(tmp_path, text, f"plain{n}", "portable", cc) / f"lib{LIB}.so"))
+    wide = ctypes.CDLL(str(_build(tmp_path, text, f"wide{n}", cpu, cc, "-Wall -Wextra -Werror") / f"lib{LIB}.so"))
+    for i, f in enumerate(funcs):
+      inputs = random_inputs(f, i)
+      want, got = run_func(plain, f, inputs), run_func(wide, f, inputs)
+      for name in want: np.testing.assert_array_equal(got[name], want[name], err_msg=f"{f.name} ({cpu}, {cc})")
+
+
+def test_wide_source_is_clean_under_sanitizers(tmp_path):
+  """The C a wide build writes, compiled with -march=native under ASan/UBSan (and -Wall -Wextra -Werror)."""
+  funcs = [gemm(48, 40, 64), softmax(8, 96), reduction(33, 80, "ADD", 1), elementwise(9, 70)]
+  out = _build(tmp_path, program(funcs), "wide", "native", emit=("source",))
+  source = (out / f"{LIB}.c").read_text()
+  lib = compile_c(source, "gcc", sanitize=True, extra=cpu_flags("native"))
+  calls, wants = [], []
+  for i, f in enumerate(funcs):
+    inputs = random_inputs(f, i)
+    bufs = [np.full(shape, np.nan, np.float32) if is_out else inputs[name] for name, shape, _, is_out in f.args]
+    calls.append(Call(f"{LIB}_{f.name}", tuple(bufs)))
+    wants.append(f)
+  results = run_calls(lib, calls, sanitize=True)
+  plain = ctypes.CDLL(str(_build(tmp_path, program(funcs), "plain", "portable") / f"lib{LIB}.so"))
+  for i, (f, args) in enumerate(zip(wants, results)):
+    want = run_func(plain, f, random_inputs(f, i))
+    for (name, _, _, is_out), got in zip(f.args, args):
+      if is_out: np.testing.assert_array_equal(got, want[name], err_msg=f.name)
