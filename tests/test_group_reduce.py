@@ -66,11 +66,13 @@ def _heuristics(f: Func, caps=GPU) -> list[str]:
 
 
 def test_gpu_heuristics_share_long_row_reductions_across_a_workgroup():
-  assert _heuristics(row_reduce(4096, 4096, "ADD")) == ["SPLIT(1,256,G)"]
+  assert _heuristics(row_reduce(4096, 4096, "ADD")) == ["SPLIT(1,4,r),SPLIT(1,256,G)"]  # runs of 4: one 16-byte load
   assert _heuristics(row_reduce(64, 512, "MAX")) == ["SPLIT(1,256,G)"]
   assert _heuristics(row_reduce(64, 256, "MAX")) == ["SPLIT(1,128,G)"]  # each thread keeps 2 elements
-  assert _heuristics(softmax(4096, 4096)) == ["SPLIT(1,256,G)", "SPLIT(1,256,G)", "SPLIT(1,4,u),SPLIT(1,256,l)"]
-  assert _heuristics(layernorm(64, 1024))[:2] == ["SPLIT(1,256,G)", "SPLIT(1,256,G)"]
+  # fused softmax (axes g4096 L4096 R4096 R4096): its max and sum loops and its division loop share the threads
+  fused = "SPLIT(3,4,r),SPLIT(3,256,G),SPLIT(2,4,r),SPLIT(2,256,G),SPLIT(1,4,u),SPLIT(1,256,l)"
+  assert _heuristics(softmax(4096, 4096)) == [fused]
+  assert _heuristics(layernorm(64, 1024)) == [fused]
 
 
 def test_gpu_heuristics_keep_threads_per_output_where_outputs_read_contiguously_or_reductions_are_short():
@@ -86,7 +88,7 @@ def test_gpu_heuristics_keep_threads_per_output_where_outputs_read_contiguously_
 @pytest.mark.parametrize("opts, caps, message", [
   ("SPLIT(1,32,G)", C, "GROUP_REDUCE needs workgroups; target c is a CPU"),
   ("SPLIT(0,2,G)", GPU, "GROUP_REDUCE (G) cannot be split from GLOBAL (g); only from R"),
-  ("SPLIT(1,8,G),SPLIT(1,2,G)", GPU, "the kernel already has a GROUP_REDUCE axis"),
+  ("SPLIT(1,8,G),SPLIT(1,2,G)", GPU, "axis 1 is nested with a GROUP_REDUCE axis"),
   ("SPLIT(0,128,l),SPLIT(2,4,G)", GPU, "more than 256 threads in a workgroup"),
   ("SPLIT(1,128,G),SPLIT(0,4,l)", GPU, "more than 256 threads in a workgroup"),
 ])
@@ -98,13 +100,13 @@ def test_group_reduce_refusals_name_kernel_and_opt(opts, caps, message):
   assert msg.startswith("kernel t__rows_add_k0: cannot apply ") and message in msg, msg
 
 
-def test_lowering_shares_partials_through_local_memory_between_two_barriers():
+def test_lowering_combines_partials_through_local_memory_in_two_rounds():
   out = lowered(row_reduce(8, 512, "ADD"), "SPLIT(1,64,G)")
   nodes = out.toposort()
   assert sorted(u.arg for u in nodes if u.op is Ops.SPECIAL) == ["gidx0", "lidx0"]
   local = [u for u in nodes if u.op is Ops.BUFFER and u.dtype.addrspace is AddrSpace.LOCAL]
-  assert [b.dtype.size for b in local] == [64]                     # one partial per thread
-  assert sum(u.op is Ops.BARRIER for u in nodes) == 2
+  assert sorted(b.dtype.size for b in local) == [8, 64]            # one partial per thread, one per group of 8
+  assert sum(u.op is Ops.BARRIER for u in nodes) == 3
   assert not [u for u in nodes if u.op is Ops.RANGE and u.arg[1] is AxisType.GROUP_REDUCE]
   stores = [u for u in nodes if u.op is Ops.STORE and u.src[0].src[0].op is Ops.PARAM]
   assert len(stores) == 1 and len(stores[0].src) == 3              # the row's sum: stored by thread 0 alone
@@ -113,7 +115,7 @@ def test_lowering_shares_partials_through_local_memory_between_two_barriers():
 def test_upcast_outputs_share_one_local_buffer_lane_by_lane():
   out = lowered(row_reduce(8, 512, "ADD"), "SPLIT(1,32,G),SPLIT(0,4,u)")
   local = [u for u in out.toposort() if u.op is Ops.BUFFER and u.dtype.addrspace is AddrSpace.LOCAL]
-  assert [b.dtype.size for b in local] == [4 * 32]
+  assert sorted(b.dtype.size for b in local) == [4 * 8, 4 * 32]  # the partials, then 8 groups of 4 threads
   assert {u.src[1].dtype.count for u in out.toposort() if u.op is Ops.STORE and u.src[0].src[0] in local} == {4}  # one vector store
 
 
@@ -173,7 +175,7 @@ def _build(tmp_path, target: str, **kw) -> Path:
 
 def test_workloads_use_group_reduce():
   text = "\n".join(_heuristics(f)[0] for f in (softmax(64, 4096), row_reduce(64, 1024, "MAX", "i32"), row_reduce(16, 4096, "ADD", "f16")))
-  assert text.count("G)") == 3
+  assert text.count("G)") == 4  # softmax: its max and its sum
 
 
 @needs_ptxas
@@ -221,14 +223,22 @@ def test_group_reductions_on_a_cuda_gpu(gpu, tmp_path):  # noqa: F811 (gpu is te
   np.testing.assert_array_equal(call(gpu, lib, "g", entries["rows_max"], [xi, np.zeros((64, 1), np.int32)])[1], xi.max(1, keepdims=True))
   xh = rng.standard_normal((16, 4096)).astype(np.float16)
   got = call(gpu, lib, "g", entries["rows_add"], [xh, np.zeros((16, 1), np.float16)])[1]
-  np.testing.assert_array_equal(got, _grouped_sum(xh, 256))
+  np.testing.assert_array_equal(got, _grouped_sum(xh, 256, 16, 4))  # runs of 4, 16 groups of 16 threads
 
 
-def _grouped_sum(x: np.ndarray, k: int) -> np.ndarray:
-  """Row sums in GROUP_REDUCE's order, each addition rounded to x's dtype: thread t adds x[t], x[t + k],
-  ... in turn, then the k partials are added in thread order."""
-  partial = np.zeros((x.shape[0], k), x.dtype)
-  for j in range(0, x.shape[1], k): partial = partial + x[:, j:j + k]
-  total = partial[:, :1]
-  for t in range(1, k): total = total + partial[:, t:t + 1]
+def _fold_columns(x: np.ndarray) -> np.ndarray:
+  total = x[:, :1]
+  for t in range(1, x.shape[1]): total = total + x[:, t:t + 1]
   return total
+
+
+def _grouped_sum(x: np.ndarray, k: int, b: int, run: int) -> np.ndarray:
+  """Row sums in GROUP_REDUCE's order, each addition rounded to x's dtype: thread t adds its runs of
+  `run` consecutive elements, those at (i * k + t) * run, for i = 0, 1, ..., in turn; the k partials,
+  in groups of b consecutive threads, are added in thread order within each group, then the group
+  sums in order."""
+  runs = x.reshape(x.shape[0], -1, k, run)
+  partial = np.zeros((x.shape[0], k), x.dtype)
+  for i in range(runs.shape[1]):
+    for r in range(run): partial = partial + runs[:, i, :, r]
+  return _fold_columns(np.concatenate([_fold_columns(partial[:, g:g + b]) for g in range(0, k, b)], axis=1))

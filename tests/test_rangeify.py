@@ -159,9 +159,27 @@ def test_broadcast_scalar_and_row():
 
 
 @pytest.mark.parametrize("n,m", [(4, 8), (3, 5), (1, 1), (2, 9)])
-def test_softmax_is_at_most_three_kernels(n, m):
+def test_softmax_is_one_kernel_with_its_reductions_fused(n, m):
   prog = check(softmax_program(n, m))
-  assert len(prog.kernels) <= 3
+  assert len(prog.kernels) == 1 and not prog.intermediates
+  if n > 1 and m > 1:  # per row: the max loop, the exp-sum loop, the division loop
+    ranges = [u for u in prog.kernels[0].toposort() if u.op is Ops.RANGE]
+    assert sorted(r.arg[1].name for r in ranges) == ["LOOP", "LOOP", "REDUCE", "REDUCE"]
+
+
+def test_reduce_read_at_an_inner_output_loop_is_realized():
+  # column sums read per row: computed inside the row loop they would repeat once per row
+  x, out = param(0, "x", (4, 6)), param(1, "out", (4, 6))
+  prog = check(sink(store(out, x.alu(Ops.SUB, expand(reduce(x, Ops.ADD, (0,)), (4, 6))))))
+  assert len(prog.kernels) == 2 and len(prog.intermediates) == 1
+
+
+def test_reduce_read_inside_another_reduction_loop_is_realized():
+  # s read twice per element inside the sum over rows: fused it would repeat once per row of that sum
+  x, out = param(0, "x", (4, 6)), param(1, "out", (1, 1))
+  s = reduce(x, Ops.ADD, (1,))
+  prog = check(sink(store(out, reduce(s.alu(Ops.MUL, s), Ops.ADD, (0,)))))
+  assert len(prog.kernels) == 2 and len(prog.intermediates) == 1
 
 
 @pytest.mark.parametrize("mkn", [(2, 3, 4), (5, 1, 3), (1, 7, 1), (4, 4, 4)])

@@ -20,6 +20,7 @@
 """
 from __future__ import annotations
 
+import functools
 import math
 from dataclasses import dataclass
 from itertools import product
@@ -29,7 +30,7 @@ from uopc.diagnostics import CompileError, error
 from uopc.dtype import AddrSpace, PtrDType, dtypes
 from uopc.ops import AxisType, GroupOp, Ops
 from uopc.stages.optimize import (KernelSchedule, TargetCaps, Trace, accumulator_update, axis_size, axis_type, is_axis, kernel_axes, note,
-                                  replace_ranges, root_buffer, scopes)
+                                  replace_ranges, root_buffer, scopes, workgroup_dims)
 from uopc.symbolic import simplify
 from uopc.uop import UOp
 
@@ -93,29 +94,36 @@ def replicate_accumulators(sink: UOp, trace: Trace | None = None) -> UOp:
 
 
 def group_reduce(sink: UOp, trace: Trace | None = None) -> UOp:
-  """The GROUP_REDUCE axis g (at most one; Optimize checks that all it does is acc = op(acc, v) into REG
+  """Each GROUP_REDUCE axis g (Optimize checks that all it does is acc = op(acc, v) into REG
   accumulators) becomes a LOCAL axis: the workgroup's threads each accumulate their share of the
-  reduction. Each read of an accumulator after the loop becomes the combination of all threads'
-  partials through LOCAL memory (see `_combine`), so every thread holds the reduced value; the
-  kernel's global STOREs, equal on every thread then, are done by thread 0 alone."""
-  g = next((r for r in kernel_axes(sink) if is_axis(r) and axis_type(r) is AxisType.GROUP_REDUCE), None)
-  if g is None: return sink
+  reduction. Each read of an accumulator after its loop becomes the combination of all threads'
+  partials through LOCAL memory (see `_combine`), so every thread holds the reduced value. A kernel's
+  global STORE outside every LOCAL axis of g's workgroup dimension stores a value equal on all its
+  threads then: thread 0 alone does it."""
+  gs = [r for r in kernel_axes(sink) if is_axis(r) and axis_type(r) is AxisType.GROUP_REDUCE]
+  if not gs: return sink
   scope = scopes(sink)
-  ops = {root_buffer(u.src[0]): accumulator_update(u) for u in sink.toposort() if u.op is Ops.STORE and g in scope[u]}
-  lid = UOp(Ops.RANGE, dtypes.index, g.src, (g.arg[0], AxisType.LOCAL))
-  first = lid.alu(Ops.CMPLT, _idx(1))
+  reducing = {root_buffer(u.src[0]): (g, accumulator_update(u)) for u in sink.toposort() if u.op is Ops.STORE
+              for g in gs if g in scope[u]}
+  # the axes of a workgroup dimension become one LOCAL axis, the thread's index in it: once the combined
+  # values depend on it, the sibling loops could no longer be told apart from nested ones
+  dims = [d for d in workgroup_dims(sink) if any(g in d for g in gs)]
+  lid = {r: UOp(Ops.RANGE, dtypes.index, d[0].src, (d[0].arg[0], AxisType.LOCAL)) for d in dims for r in d}
+  def uniform_gate(st: UOp) -> UOp | None:
+    gates = [lid[d[0]].alu(Ops.CMPLT, _idx(1)) for d in dims if not scope[st] & set(d)]
+    return functools.reduce(lambda a, b: a.alu(Ops.AND, b), gates) if gates else None
   names = _Names(sink, len(kernel_axes(sink)))
   memo: dict[UOp, UOp] = {}
   for u in sink.toposort():
-    if u is g: new = lid
-    elif u.op is Ops.END and u.src[1] is g: new = memo[u.src[0]]
+    if u in lid: new = lid[u]
+    elif u.op is Ops.END and u.src[1] in lid: new = memo[u.src[0]]  # a thread index, not a loop
     else:
-      src = tuple(memo[s] for s in u.src if not (u.op is Ops.AFTER and s is g))
+      src = tuple(memo[s] for s in u.src if not (u.op is Ops.AFTER and s in lid))
       new = u if src == u.src else src[0] if u.op is Ops.AFTER and len(src) == 1 else u.replace(src=src)
-      if u.op is Ops.LOAD and u.src[0].op is Ops.INDEX and root_buffer(u.src[0]) in ops and g not in scope[u]:
-        new = _combine(new, ops[root_buffer(u.src[0])], lid, names)
-      elif u.op is Ops.STORE and u.src[0].op is Ops.INDEX and _is_global(root_buffer(u.src[0])):
-        new = new.replace(src=new.src[:2] + ((new.src[2].alu(Ops.AND, first),) if len(new.src) == 3 else (first,)))
+      if u.op is Ops.LOAD and u.src[0].op is Ops.INDEX and (g_op := reducing.get(root_buffer(u.src[0]))) and g_op[0] not in scope[u]:
+        new = _combine(new, g_op[1], lid[g_op[0]], names)
+      elif u.op is Ops.STORE and u.src[0].op is Ops.INDEX and _is_global(root_buffer(u.src[0])) and (gate := uniform_gate(u)) is not None:
+        new = new.replace(src=new.src[:2] + ((new.src[2].alu(Ops.AND, gate),) if len(new.src) == 3 else (gate,)))
     memo[u] = new
     note(trace, u, new)
   return memo[sink]
@@ -137,24 +145,50 @@ class _Names:
     return UOp(Ops.RANGE, dtypes.index, (_idx(size),), (self.axis - 1, AxisType.REDUCE))
 
 
+def _fold(acc: PtrDType, off: UOp, op: Ops, dt, values: Callable[[UOp], UOp], n: int, names: _Names) -> tuple[UOp, UOp]:
+  """op over values(0), .., values(n - 1) in that order into a fresh REG accumulator: it and the END of the fold."""
+  total = names.buffer(acc.base.ptr(AddrSpace.REG, acc.size), "total")
+  init = UOp(Ops.STORE, dtypes.void, (UOp(Ops.INDEX, total.dtype, (total, off)), values(_idx(0))))
+  j = names.reduce_axis(n - 1)
+  running = UOp(Ops.LOAD, dt, (UOp(Ops.INDEX, total.dtype, (UOp(Ops.AFTER, total.dtype, (total, init, j)), off)),))
+  fold = UOp(Ops.STORE, dtypes.void, (UOp(Ops.INDEX, total.dtype, (total, off)), UOp(op, dt, (running, values(j.alu(Ops.ADD, _idx(1)))))))
+  return total, UOp(Ops.END, dtypes.void, (fold, j))
+
+
+def _read_after(buf: UOp, dep: UOp, off: UOp, dt) -> UOp:
+  return UOp(Ops.LOAD, dt, (UOp(Ops.INDEX, buf.dtype, (UOp(Ops.AFTER, buf.dtype, (buf, dep)), off)),))
+
+
+def _group_split(k: int) -> tuple[int, int]:
+  """k partials as a groups of b, a * b = k, b the largest divisor of k up to sqrt(k)."""
+  b = max(d for d in range(1, math.isqrt(k) + 1) if k % d == 0)
+  return k // b, b
+
+
 def _combine(partial: UOp, op: Ops, lid: UOp, names: _Names) -> UOp:
   """partial = LOAD(acc[off]), this thread's share of a reduction, and the value of all the workgroup's
-  shares: each thread stores its partial to a LOCAL buffer (thread t at t * S + off, S = acc's size),
-  a BARRIER, then every thread folds the k partials in thread order (so all threads get the same bits)
-  into a fresh REG accumulator, and a second BARRIER before the LOCAL buffer can be written again
-  (by the next iteration of an enclosing loop)."""
-  acc, off, k = partial.src[0].dtype, partial.src[0].src[1], axis_size(lid)
-  shared = names.buffer(acc.base.ptr(AddrSpace.LOCAL, acc.size * k), "part")
-  wrote = UOp(Ops.STORE, dtypes.void, (UOp(Ops.INDEX, shared.dtype, (shared, simplify(lid.alu(Ops.MUL, _idx(acc.size)).alu(Ops.ADD, off)))), partial))
-  synced = UOp(Ops.AFTER, shared.dtype, (shared, UOp(Ops.BARRIER, dtypes.void, (wrote,))))
-  def share(t: UOp) -> UOp: return UOp(Ops.LOAD, partial.dtype, (UOp(Ops.INDEX, shared.dtype, (synced, simplify(t.alu(Ops.MUL, _idx(acc.size)).alu(Ops.ADD, off)))),))
-  total = names.buffer(acc.base.ptr(AddrSpace.REG, acc.size), "total")
-  init = UOp(Ops.STORE, dtypes.void, (UOp(Ops.INDEX, total.dtype, (total, off)), share(_idx(0))))
-  j = names.reduce_axis(k - 1)
-  running = UOp(Ops.LOAD, partial.dtype, (UOp(Ops.INDEX, total.dtype, (UOp(Ops.AFTER, total.dtype, (total, init, j)), off)),))
-  fold = UOp(Ops.STORE, dtypes.void, (UOp(Ops.INDEX, total.dtype, (total, off)), UOp(op, partial.dtype, (running, share(j.alu(Ops.ADD, _idx(1)))))))
-  done = UOp(Ops.BARRIER, dtypes.void, (UOp(Ops.END, dtypes.void, (fold, j)),))
-  return UOp(Ops.LOAD, partial.dtype, (UOp(Ops.INDEX, total.dtype, (UOp(Ops.AFTER, total.dtype, (total, done)), off)),))
+  k shares, through LOCAL memory: each thread stores its partial (thread t at t * S + off, S = acc's
+  size) and a BARRIER. With k = a * b (b > 1, see `_group_split`), threads t < a fold the b partials
+  of group t in thread order into a second LOCAL buffer and a BARRIER, so that each thread folds
+  a + b values instead of k; every thread then folds the a group values (or, for a prime k, the k
+  partials) in order, so all threads get the same bits; a last BARRIER before the LOCAL buffers can be
+  written again (by the next iteration of an enclosing loop)."""
+  acc, off, k, dt = partial.src[0].dtype, partial.src[0].src[1], axis_size(lid), partial.dtype
+  def at(buf: UOp, i: UOp) -> UOp: return UOp(Ops.INDEX, buf.dtype, (buf, simplify(i.alu(Ops.MUL, _idx(acc.size)).alu(Ops.ADD, off))))
+  def shared(name: str, n: int, i: UOp, value: UOp, gate: UOp | None = None) -> Callable[[UOp], UOp]:
+    """A LOCAL buffer of n values per element of acc, `value` stored at [i] (where `gate`), and a reader after a BARRIER."""
+    buf = names.buffer(acc.base.ptr(AddrSpace.LOCAL, acc.size * n), name)
+    wrote = UOp(Ops.STORE, dtypes.void, (at(buf, i), value) + ((gate,) if gate is not None else ()))
+    synced = UOp(Ops.AFTER, buf.dtype, (buf, UOp(Ops.BARRIER, dtypes.void, (wrote,))))
+    return lambda j: UOp(Ops.LOAD, dt, (at(synced, j),))
+  part = shared("part", k, lid, partial)
+  a, b = _group_split(k)
+  if b > 1:
+    first = lid.alu(Ops.MOD, _idx(a)).alu(Ops.MUL, _idx(b))
+    group, end = _fold(acc, off, op, dt, lambda j: part(first.alu(Ops.ADD, j)), b, names)
+    part, k = shared("group", a, lid, _read_after(group, end, off, dt), lid.alu(Ops.CMPLT, _idx(a))), a
+  total, end = _fold(acc, off, op, dt, part, k, names)
+  return _read_after(total, UOp(Ops.BARRIER, dtypes.void, (end,)), off, dt)
 
 
 def _is_global(buf: UOp) -> bool: return isinstance(buf.dtype, PtrDType) and buf.dtype.addrspace is AddrSpace.GLOBAL
@@ -429,12 +463,13 @@ def _multiple_of(e: UOp, n: int) -> bool:
 
 
 def launch_axes(sink: UOp, trace: Trace | None = None) -> UOp:
-  """GLOBAL/LOCAL RANGEs -> SPECIAL gidx<n>/lidx<n>, n counted from the innermost."""
+  """GLOBAL RANGEs -> SPECIAL gidx<n>, workgroup dimensions (`workgroup_dims`: the LOCAL axes, siblings
+  of one size sharing one) -> SPECIAL lidx<n>, n counted from the innermost."""
   new = {}
-  for t, prefix in ((AxisType.GLOBAL, "gidx"), (AxisType.LOCAL, "lidx")):
-    axes = [r for r in kernel_axes(sink) if is_axis(r) and axis_type(r) is t]
-    if len(axes) > 3: raise _fail(f"{len(axes)} {t.name} axes; a GPU launch has 3")
-    for n, r in enumerate(reversed(axes)):
-      special = UOp(Ops.SPECIAL, dtypes.index, (r.src[0],), f"{prefix}{n}")
-      new[r] = (special, (special,))
+  grid = [[r] for r in kernel_axes(sink) if is_axis(r) and axis_type(r) is AxisType.GLOBAL]
+  for dims, t, prefix in ((grid, AxisType.GLOBAL, "gidx"), (workgroup_dims(sink), AxisType.LOCAL, "lidx")):
+    if len(dims) > 3: raise _fail(f"{len(dims)} {t.name} dimensions; a GPU launch has 3")
+    for n, d in enumerate(reversed(dims)):
+      special = UOp(Ops.SPECIAL, dtypes.index, (d[0].src[0],), f"{prefix}{n}")
+      new.update({r: (special, (special,)) for r in d})
   return replace_ranges(sink, new, trace) if new else sink

@@ -8,8 +8,11 @@ Typing. Rangeify makes every output axis a LOOP. An axis is *parallel* when its 
 independent, which is proven, not assumed: every global STORE lies inside it at an address that is an
 injective affine function of the loops around it (so two iterations never write the same element),
 no global buffer is both written and read (except in place, at the very address written), and every
-REG/LOCAL buffer is written inside it before it is read (so it carries nothing between iterations).
-Parallel LOOP axes become GLOBAL: the kernel's launch space (a loop on a CPU, the grid on a GPU).
+REG/LOCAL buffer written inside it is used inside it only, written before it is read (so it carries
+nothing between iterations; one written before the axis and only read inside it is shared, like a
+fused reduction's result read by the loop beside it). Parallel LOOP axes become GLOBAL: the kernel's
+launch space (a loop on a CPU, the grid on a GPU; on a GPU only axes that every reduction loop is
+nested in, see `type_axes`).
 
 OptOps (seed 000's table), composed left to right, each checked before it applies:
 - `SPLIT(axis, k, T[, top])`: axis of size n becomes (n/k, k), or (k, n/k) with `top`; the part of
@@ -18,12 +21,15 @@ OptOps (seed 000's table), composed left to right, each checked before it applie
   table's direction (THREAD is the outer part, LOCAL/UPCAST/UNROLL the inner, GROUP_REDUCE either);
   LOCAL/GROUP_REDUCE need a target with workgroups, THREAD one with CPU threads; a LOOP axis becomes
   LOCAL or UPCAST lanes only when it is parallel (on a GPU, beyond the three grid axes). A GROUP_REDUCE
-  axis (one a kernel) is a workgroup's threads sharing a reduction: its REDUCE axis may only accumulate,
-  acc = op(acc, v) with op ADD/MUL/MAX; Expand combines the threads' partials through LOCAL memory.
-  LOCAL and GROUP_REDUCE threads together are at most the target's workgroup size.
+  axis is a workgroup's threads sharing a reduction: its REDUCE axis may only accumulate,
+  acc = op(acc, v) with op ADD/MUL/MAX, and may not be nested with another GROUP_REDUCE axis; Expand
+  combines the threads' partials through LOCAL memory. LOCAL and GROUP_REDUCE axes make the
+  workgroup's dimensions (`workgroup_dims`: sibling loops of one size share one), at most 3, with
+  at most the target's workgroup size of threads.
 - `PADTO(axis, m)`: the axis runs to the next multiple of m; the extra iterations are masked (every
   LOAD and STORE inside the axis is gated by `index < n`).
-- `SWAP(i, j)`: exchange the positions (nesting) of two axes of the same type.
+- `SWAP(i, j)`: exchange the positions (nesting) of two axes of the same type that enclose the same
+  loops (else a loop would land inside one it does not depend on and repeat for nothing).
 - `NOLOCALS`: no LOCAL axes from here on.
 - `TC(axis, ...)`: tensor cores; no target of ours has them, so it is refused.
 
@@ -239,6 +245,32 @@ def scopes(sink: UOp) -> dict[UOp, frozenset]:
   return out
 
 
+def nested_with(sink: UOp) -> dict[UOp, frozenset]:
+  """For each RANGE, the RANGEs some node lies inside together with it (itself included): the loops it
+  is nested in and those nested in it, but not its siblings."""
+  out: dict[UOp, frozenset] = {}
+  for s in scopes(sink).values():
+    for r in s: out[r] = out.get(r, frozenset()) | s
+  return out
+
+
+WORKGROUP_AXES = (AxisType.LOCAL, AxisType.GROUP_REDUCE)
+
+
+def workgroup_dims(sink: UOp) -> list[list[UOp]]:
+  """The workgroup's dimensions: its LOCAL and GROUP_REDUCE axes in axis order, where an axis joins the
+  dimension of earlier ones of its size that it is never nested with (sibling loops, such as a fused
+  softmax's max, sum and output loops: the same threads take each loop in turn); else it adds one."""
+  near = nested_with(sink)
+  dims: list[list[UOp]] = []
+  for r in kernel_axes(sink):
+    if not is_axis(r) or axis_type(r) not in WORKGROUP_AXES: continue
+    shared = next((d for d in dims if axis_size(d[0]) == axis_size(r) and not near.get(r, frozenset()) & set(d)), None)
+    if shared is None: dims.append([r])
+    else: shared.append(r)
+  return dims
+
+
 def root_buffer(u: UOp) -> UOp:
   """The PARAM/BUFFER under an INDEX's pointer operand (AFTERs see through)."""
   while u.op in (Ops.AFTER, Ops.INDEX): u = u.src[0]
@@ -298,11 +330,14 @@ def parallel_axes(sink: UOp) -> set[UOp]:
   if any(u.op in (Ops.IF, Ops.BARRIER, Ops.SPECIAL) for u in sink.toposort()): return set()
   # an axis that no global STORE lies in does no work to spread
   candidates = {r for u in mem if u.op is Ops.STORE and _is_global(root_buffer(u.src[0])) for r in scope[u]}
+  private: dict[UOp, list[UOp]] = {}
   for u in mem:
     buf = root_buffer(u.src[0])
-    if _is_global(buf):
-      if u.op is Ops.STORE: candidates &= {r for r in scope[u] if injective_in(u.src[0].src[1], r)}
-    else: candidates &= scope[u]  # a REG/LOCAL buffer is used inside the axis only ...
+    if not _is_global(buf): private.setdefault(buf, []).append(u)
+    elif u.op is Ops.STORE: candidates &= {r for r in scope[u] if injective_in(u.src[0].src[1], r)}
+  for ops in private.values():  # a REG/LOCAL buffer written inside an axis is used inside it only ...
+    inside_all = frozenset.intersection(*(scope[u] for u in ops))
+    candidates -= frozenset().union(*(scope[u] for u in ops if u.op is Ops.STORE)) - inside_all
   written = _written_before(sink)
   for u in mem:  # ... and written there before it is read
     if u.op is Ops.LOAD and not _is_global(root_buffer(u.src[0])) and root_buffer(u.src[0]) not in written[u]: return set()
@@ -323,10 +358,16 @@ def _written_before(sink: UOp) -> dict[UOp, frozenset]:
 
 
 def type_axes(sink: UOp, caps: TargetCaps, trace: Trace | None = None) -> UOp:
-  """Parallel LOOP axes become GLOBAL. A GPU grid has three dimensions: the innermost three there."""
+  """Parallel LOOP axes become GLOBAL. On a GPU, a grid dimension repeats everything outside it in
+  every workgroup, so an axis goes on the grid only when every reduction loop of the kernel is nested
+  in it (a fused softmax's output loop, a sibling of its max and sum loops, stays a LOOP for the
+  workgroup to share); and the grid has three dimensions: the innermost three such axes."""
   parallel = parallel_axes(sink)
   loops = [r for r in kernel_axes(sink) if is_axis(r) and axis_type(r) is AxisType.LOOP and r in parallel]
-  if caps.gpu: loops = loops[-3:]
+  if caps.gpu:
+    near = nested_with(sink)
+    reduces = {r for r in kernel_axes(sink) if is_axis(r) and axis_type(r) is AxisType.REDUCE}
+    loops = [r for r in loops if reduces <= near.get(r, frozenset())][-3:]
   new = {r: _range(axis_size(r), r.arg[0], AxisType.GLOBAL) for r in loops}
   return replace_ranges(sink, {r: (n, (n,)) for r, n in new.items()}, trace)
 
@@ -372,6 +413,9 @@ def apply_opt(sink: UOp, opt: Opt, caps: TargetCaps, first: bool = True, nolocal
     other = _axis(axes, opt.arg)
     if other is r: raise OptError("swaps an axis with itself")
     if axis_type(r) is not axis_type(other): raise OptError(f"axes of different types ({axis_type(r).letter}, {axis_type(other).letter}) cannot swap")
+    near = nested_with(sink)
+    if near.get(r, frozenset()) - {r, other} != near.get(other, frozenset()) - {r, other}:
+      raise OptError(f"axes {opt.axis} and {opt.arg} enclose different loops: the swap would repeat a loop inside one it does not depend on")
     order = list(axes)
     order[opt.axis], order[opt.arg] = other, r
     return renumber(sink, order, trace)
@@ -403,9 +447,6 @@ def _split(sink: UOp, axes: list[UOp], n: int, size: int, arg: tuple, caps: Targ
   if old_type is AxisType.LOOP and new_type in (AxisType.LOCAL, AxisType.UPCAST) and axes[n] not in parallel_axes(sink):
     raise OptError(f"axis {n} (L) is not proven parallel: its iterations may depend on each other")
   if k < 1 or size % k != 0: raise OptError(f"{k} does not divide the size {size} of axis {n}")
-  if new_type in (AxisType.LOCAL, AxisType.GROUP_REDUCE) and \
-     math.prod(axis_size(a) for a in axes if axis_type(a) in (AxisType.LOCAL, AxisType.GROUP_REDUCE)) * k > caps.max_local:
-    raise OptError(f"more than {caps.max_local} threads in a workgroup")
   (outer_n, outer_t), (inner_n, inner_t) = ((k, new_type), (size // k, old_type)) if top else ((size // k, old_type), (k, new_type))
   tmp = max(a.arg[0] for a in axes) + 1
   outer, inner = _range(outer_n, tmp, outer_t), _range(inner_n, tmp + 1, inner_t)
@@ -414,14 +455,20 @@ def _split(sink: UOp, axes: list[UOp], n: int, size: int, arg: tuple, caps: Targ
   value = UOp(Ops.ADD, dtypes.index, (UOp(Ops.MUL, dtypes.index, (outer if outer in parts else zero, UOp.const(dtypes.index, inner_n))),
                                       inner if inner in parts else zero))
   split = replace_ranges(sink, {axes[n]: (simplify(value), parts)}, trace)
-  return renumber(split, axes[:n] + list(parts) + axes[n + 1:], trace)
+  out = renumber(split, axes[:n] + list(parts) + axes[n + 1:], trace)
+  if new_type in WORKGROUP_AXES:
+    dims = workgroup_dims(out)
+    if len(dims) > 3: raise OptError("a workgroup has at most 3 dimensions")
+    if math.prod(axis_size(d[0]) for d in dims) > caps.max_local: raise OptError(f"more than {caps.max_local} threads in a workgroup")
+  return out
 
 
 def _check_group_reduce(sink: UOp, axes: list[UOp], r: UOp) -> None:
   """A REDUCE axis splits into GROUP_REDUCE threads only when all it does is accumulate into REG
   buffers, acc = op(acc, v) with an associative op: then each thread's partial accumulator can be
   combined with the others' after the loop (Expand lowers that through LOCAL memory)."""
-  if any(is_axis(a) and axis_type(a) is AxisType.GROUP_REDUCE for a in axes): raise OptError("the kernel already has a GROUP_REDUCE axis")
+  if any(is_axis(a) and axis_type(a) is AxisType.GROUP_REDUCE for a in nested_with(sink).get(r, ())):
+    raise OptError(f"axis {r.arg[0]} is nested with a GROUP_REDUCE axis")
   scope = scopes(sink)
   for u in sink.toposort():
     if r not in scope[u]: continue
@@ -604,24 +651,32 @@ def _cpu_heuristics(plan: _Planner) -> None:
 
 
 GROUP_MIN = 256                   # reduce sizes from which a workgroup shares one reduction
-GROUP_SIZES = (256, 128, 64, 32)  # its threads: the first that divides the axis and leaves each thread 2 or more elements
+GROUP_SIZES = (256, 128, 64, 32)  # its threads: the first that divides the axes and leaves each thread 2 or more elements
+GROUP_UNROLL = 4                  # consecutive elements a thread reads at once (one 16-byte load of f32) where they divide
 
 
 def _gpu_heuristics(plan: _Planner) -> None:
   """A long reduction (GROUP_MIN or more) that no output axis reads contiguously (a row sum: one
   thread per row reads its row with a stride) is shared by a workgroup (GROUP_REDUCE), whose threads
-  read consecutive elements; the output elements go on the grid. Otherwise a workgroup along the
-  contiguous output axis (LOCAL) and 4-wide vectors per thread (UPCAST)."""
-  if _group_reduce(plan): return
+  read consecutive runs of GROUP_UNROLL elements; the output elements go on the grid. Its sibling reductions (a fused
+  softmax's max and sum) are shared by the same threads, as are its sibling output loops (softmax's
+  division), 4-wide vectors per thread. Otherwise a workgroup along the contiguous output axis
+  (LOCAL) and 4-wide vectors per thread (UPCAST)."""
+  if threads := _group_reduce(plan):
+    for i in reversed(plan.axes(AxisType.LOOP)):
+      plan.split_by_first(i, (4,), AxisType.UPCAST)
+      plan.split_by_first(i, (threads,), AxisType.LOCAL)
+    return
   inner = _contiguous_output(plan)
   if inner is None: return
   plan.split_by_first(inner, (4,), AxisType.UPCAST)
   plan.split_by_first(inner, (256, 128, 64, 32, 16, 8, 4, 2), AxisType.LOCAL)
 
 
-def _group_reduce(plan: _Planner) -> bool:
-  """Split a long reduce axis whose reads no output axis makes contiguous into GROUP_REDUCE threads
-  (see _gpu_heuristics), preferring one that the reads walk contiguously; whether it did."""
+def _group_reduce(plan: _Planner) -> int:
+  """Split the long reduce axes whose reads no output axis makes contiguous into GROUP_REDUCE threads
+  (see _gpu_heuristics): the best one, preferring one that the reads walk contiguously, and its
+  siblings, all into the same number of threads; that number, or 0."""
   axes = kernel_axes(plan.sink)
   outputs = {axes[i] for i in plan.axes(AxisType.GLOBAL)}
   forms = [f[0] for u in _memory_ops(plan.sink) if u.op is Ops.LOAD and _is_global(root_buffer(u.src[0]))
@@ -631,6 +686,14 @@ def _group_reduce(plan: _Planner) -> bool:
     size, reads = plan.size(i), [f for f in forms if axes[i] in f]
     return isinstance(size, int) and size >= GROUP_MIN and not any(unit(c) for f in reads for r, c in f.items() if r in outputs)
   long = [i for i in plan.axes(AxisType.REDUCE) if candidate(i)]
-  if not long: return False
-  r = max(long, key=lambda i: (any(unit(f[axes[i]]) for f in forms if axes[i] in f), plan.size(i)))
-  return plan.split_by_first(r, [k for k in GROUP_SIZES if plan.size(r) // k >= 2], AxisType.GROUP_REDUCE) > 0
+  if not long: return 0
+  best = max(long, key=lambda i: (any(unit(f[axes[i]]) for f in forms if axes[i] in f), plan.size(i)))
+  near = nested_with(plan.sink)
+  shared = [i for i in long if i == best or axes[i] not in near.get(axes[best], frozenset())]
+  threads = next((k for k in GROUP_SIZES if all(plan.size(i) % k == 0 and plan.size(i) // k >= 2 for i in shared)), 0)
+  if not threads: return 0
+  done = []
+  for i in sorted(shared, reverse=True):  # from the last axis: a split renumbers only the axes after it
+    if plan.size(i) % (GROUP_UNROLL * threads) == 0: plan.split_by_first(i, (GROUP_UNROLL,), AxisType.UNROLL)
+    done.append(plan.split_by_first(i, (threads,), AxisType.GROUP_REDUCE))
+  return threads if any(done) else 0

@@ -3,10 +3,16 @@
 1. Kernel split. Every tensor-level STORE is a kernel writing its target. Other values are computed
    inside the kernel that reads them (elementwise chains and movement ops fuse into their consumer),
    except those *realized* into an intermediate buffer: a CONTIGUOUS or a tensor-level LOAD (they
-   ask for memory), and a REDUCE that is read more than once per element of its value: by several
-   consumers, or through a broadcast (an EXPAND, an elementwise op with a smaller operand, a gather).
-   Recomputing such a REDUCE inside its consumer would repeat the whole reduction per read: softmax
-   becomes max -> buffer, exp-sum -> buffer, division -> output (3 kernels).
+   ask for memory), and a REDUCE that is read more than once per element of its value (by several
+   consumers, or through a broadcast: an EXPAND, an elementwise op with a smaller operand, a gather)
+   unless it *fuses* into its consumer. It fuses when one kernel reads it, at indices that depend
+   only on the outermost of that kernel's output loops (a prefix of them): then its reduction loop
+   runs once per iteration of those loops, beside the inner loops that read it, and the kernel reads
+   its inputs again from cache instead of an intermediate from memory. Softmax, whose max and sum
+   are read per row, is one kernel: per row, a max loop, an exp-sum loop, the division loop. A
+   REDUCE read inside another reduction's loop at an index that moves with it, or read by two
+   kernels, would repeat its whole reduction per read: it is realized. Which REDUCEs fuse is found
+   by lowering: a REDUCE found not to fuse is marked realized and the program is lowered again.
 2. Lowering. A kernel loops over its output with one `RANGE(.., LOOP)` per dim of size > 1 and
    asks for its value at that index: each op maps an output index to its sources' indices (the
    movement ops become index arithmetic, PAD a validity mask that gates the loads and selects the
@@ -187,22 +193,35 @@ def _order(sink: UOp) -> list[UOp]:
   return sink.toposort(_data_srcs)
 
 
-def _realized(order: list[UOp]) -> set[UOp]:
-  """The values that get an intermediate buffer (see the module docstring)."""
+def _realized(order: list[UOp], unfused: frozenset[UOp]) -> tuple[set[UOp], set[UOp]]:
+  """The values that get an intermediate buffer, and the REDUCEs read more than once per element that
+  are tried fused into their consumer (those in `unfused` were found not to fuse; see the module
+  docstring)."""
   uses: dict[UOp, int] = {u: 0 for u in order}
   reread: dict[UOp, bool] = {u: False for u in order}
   stored: set[UOp] = set()  # values a STORE writes as they are
   out: set[UOp] = set()
+  fusing: set[UOp] = set()
   for u in reversed(order):  # users before their sources
     if u.op is Ops.STORE and len(u.src) == 2 and u.src[1].shape == u.src[0].shape: stored.add(u.src[1])
-    forced = u.op in (Ops.CONTIGUOUS, Ops.LOAD) or u.op is Ops.REDUCE and (uses[u] > 1 or reread[u])
+    read_again = u.op is Ops.REDUCE and (uses[u] > 1 or reread[u])
+    if read_again and u not in unfused: fusing.add(u)
+    forced = u.op in (Ops.CONTIGUOUS, Ops.LOAD) or read_again and u in unfused
     if forced and not (u in stored and uses[u] == 1): out.add(u)
     root = forced or u.op in (Ops.STORE, Ops.CALL, Ops.GETTUPLE)  # the start of a kernel (or of a CALL's)
     own_uses, own_reread = (1, False) if root else (uses[u], reread[u])
     for s in _data_srcs(u):
       uses[s] = min(2, uses[s] + own_uses)
       reread[s] = reread[s] or own_reread or _rereads(u, s)
-  return out
+  return out, fusing
+
+
+class _Unfused(Exception):
+  """A REDUCE tried fused that does not fuse (see `_Kernel.check_fused`): lower again with it realized."""
+
+  def __init__(self, reduce: UOp):
+    super().__init__()
+    self.reduce = reduce
 
 
 # ---- lowering one kernel ------------------------------------------------------------------------------
@@ -227,6 +246,7 @@ class _Kernel:
     self.n_axes = 0
     self.n_regs = 0
     self.memo: dict[tuple, UOp] = {}
+    self.outputs: tuple[UOp, ...] = ()  # the output loops, outermost first
 
   @staticmethod
   def ptr(buf: BufferInfo) -> UOp: return UOp(Ops.PARAM, buf.dtype.ptr(), (), (buf.slot, buf.name))
@@ -236,7 +256,15 @@ class _Kernel:
     return UOp(Ops.RANGE, dtypes.index, (_idx(bound),), (self.n_axes - 1, kind))
 
   def loop_index(self, shape: tuple[sint, ...]) -> tuple[UOp, ...]:
-    return tuple(_idx(0) if d == 1 else self.new_range(d, AxisType.LOOP) for d in shape)
+    idx = tuple(_idx(0) if d == 1 else self.new_range(d, AxisType.LOOP) for d in shape)
+    self.outputs = tuple(i for i in idx if i.op is Ops.RANGE)
+    return idx
+
+  def check_fused(self, u: UOp, idx: tuple[UOp, ...], valid: UOp | None) -> None:
+    """A fused REDUCE must be read by this kernel only, at an index that depends on the outermost output
+    loops alone: else its reduction would run again for each iteration of a loop it does not depend on."""
+    deps = {r for r in UOp(Ops.SINK, dtypes.void, idx + ((valid,) if valid is not None else ())).toposort() if r.op is Ops.RANGE}
+    if deps != set(self.outputs[:len(deps)]) or self.program.fused_in.setdefault(u, self) is not self: raise _Unfused(u)
 
   def load(self, buf: BufferInfo, idx: tuple[UOp, ...], valid: UOp | None) -> UOp:
     at = UOp(Ops.INDEX, self.ptr(buf).dtype, (self.ptr(buf), _flat(idx, buf.shape)))
@@ -266,7 +294,9 @@ class _Kernel:
         lowered = (lowered[0], UOp(Ops.WHERE, lowered[1].dtype, (valid, lowered[1], UOp.const(lowered[1].dtype, 1))))
       return u.replace(src=lowered)
     if op in GroupOp.Markers or op in (Ops.AFTER, Ops.LOAD): return self.lower(src[0], idx, valid)
-    if op is Ops.REDUCE: return self.reduce(u, idx, valid)
+    if op is Ops.REDUCE:
+      if u in self.program.fusing: self.check_fused(u, idx, valid)
+      return self.reduce(u, idx, valid)
     if op is Ops.PAD: return self.pad(u, idx, valid)
     if op is Ops.STACK: return self.stack(u, idx, valid)
     if op is Ops.INDEX: return self.gather(u, idx, valid)
@@ -348,7 +378,10 @@ def _strip_after(u: UOp) -> UOp:
 
 
 class _Rangeify:
-  def __init__(self, sink: UOp):
+  def __init__(self, sink: UOp, unfused: frozenset[UOp]):
+    self.unfused = unfused
+    self.fusing: set[UOp] = set()
+    self.fused_in: dict[UOp, _Kernel] = {}
     self.buffers: dict[str, BufferInfo] = {}
     self.buffer_of: dict[UOp, BufferInfo] = {}
     self.kernels: list[UOp] = []
@@ -367,7 +400,8 @@ class _Rangeify:
 
   def emit(self, order: list[UOp]) -> None:
     """The kernels of a data graph, in order: its STOREs, realized values and CALLs."""
-    realized = _realized(order)
+    realized, fusing = _realized(order, self.unfused)
+    self.fusing |= fusing
     for u in order:
       if u.op is Ops.STORE: self.store_kernel(u)
       elif u.op is Ops.CALL: self.call(u)
@@ -443,5 +477,11 @@ class _Rangeify:
 
 def rangeify(sink: UOp) -> KernelProgram:
   """Split a callified tensor program into kernels (see the module docstring)."""
-  r = _Rangeify(sink)
+  unfused: frozenset[UOp] = frozenset()
+  while True:
+    try:
+      r = _Rangeify(sink, unfused)
+      break
+    except _Unfused as e:
+      unfused |= {e.reduce}
   return KernelProgram(tuple(r.kernels), tuple(sorted(r.buffers.values(), key=lambda b: b.slot)), r.variables, tuple(r.launches))
