@@ -21,8 +21,8 @@ from uopc.frontend import parse_source
 from uopc.launcher import kernel_name
 from uopc.ops import AxisType, Ops
 from uopc.stages.callify import callify
-from uopc.stages.optimize import (Opt, OptError, OptOp, apply_opt, apply_opts, format_axes, kernel_axes, parallel_axes, parse_opts,
-                                  parse_schedule, target_caps, type_axes)
+from uopc.stages.optimize import (Opt, OptError, OptOp, apply_opt, apply_opts, format_axes, heuristic_opts, kernel_axes, parallel_axes,
+                                  parse_opts, parse_schedule, target_caps, type_axes)
 from uopc.stages.rangeify import rangeify
 
 C = target_caps("c")
@@ -238,6 +238,14 @@ def _print_after_optimize(tmp_path, text: str, *opts: str) -> list[str]:
                                  "--print-after", "optimize", *[a for o in opts for a in ("--opts", o)]])
   assert res.exit_code == 0, res.output
   return [line for line in res.output.splitlines() if line.startswith("# ")]
+
+
+def test_cpu_threads_only_over_an_axis_that_holds_every_reduction():
+  def thread_splits(f: Func) -> list:
+    k = next(iter(kernels_of(f.text()).values()))
+    return [o for o in heuristic_opts(k, C) if o.op is OptOp.SPLIT and o.arg[1] is AxisType.THREAD]
+  assert len(thread_splits(softmax(64, 4096))) == 1  # tasks of rows, each with its max and sum loops
+  assert thread_splits(softmax(1, 1 << 18)) == []    # tasks of the output loop would each redo the fused max and sum
 
 
 def test_print_after_optimize_gemm_and_softmax(tmp_path):

@@ -628,7 +628,9 @@ def _cpu_heuristics(plan: _Planner) -> None:
     reads stays in cache while the other axis's blocks stream past (45 vs 21 GFLOP/s for gemm 1024 on
     2 cores with the portable 4x8 tile and the other order). A tile two registers wide reads whole
     64-byte cache lines of B on AVX-512 (gemm 1024: 110 vs 73 GFLOP/s with 16 lanes);
-  - THREAD tasks over the outermost GLOBAL axis when the kernel is big enough to pay for threads."""
+  - THREAD tasks over the outermost GLOBAL axis when the kernel is big enough to pay for threads and
+    every reduction loop is nested in that axis (a task repeats whatever lies outside it: a fused
+    reduction beside the output loop of a one-row softmax would run once per task)."""
   work = _work(plan.sink)
   inner = _contiguous_output(plan)
   width = 2 * plan.caps.vector_width if inner is not None and _reads_contiguously(plan, inner) else CPU_GATHER_LANES
@@ -643,7 +645,9 @@ def _cpu_heuristics(plan: _Planner) -> None:
     else: plan.split_by_first(r, (2,), AxisType.UNROLL)
     if inner is not None and others and others[-1] < inner: plan.apply(Opt(OptOp.SWAP, others[-1], inner))
   globals_ = plan.axes(AxisType.GLOBAL)
-  if plan.caps.threads and globals_ and work >= THREAD_MIN_WORK:
+  axes = kernel_axes(plan.sink)
+  reduces = {axes[i] for i in plan.axes(AxisType.REDUCE, AxisType.UNROLL)}
+  if plan.caps.threads and globals_ and work >= THREAD_MIN_WORK and reduces <= nested_with(plan.sink).get(axes[globals_[0]], frozenset()):
     size = plan.size(globals_[0])
     if isinstance(size, int):
       plan.split_by_first(globals_[0], sorted((d for d in range(2, min(size, THREAD_TASKS) + 1) if size % d == 0), reverse=True),
