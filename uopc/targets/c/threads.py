@@ -6,9 +6,10 @@ last-but-one kind of argument: `int64_t _uopc_task`, the iteration of that axis 
 
 Threads: joined per call. `uopc_parallel_for` starts the workers for one kernel launch and joins
 them before it returns, so no thread, pool or lock outlives a call and the library keeps no global
-mutable state (calls from several threads stay independent). The calling thread runs the first
-span of tasks itself; a worker that cannot be started runs on the calling thread, so a launch never
-fails for lack of threads. Tasks are split into equal contiguous spans, one per worker.
+mutable state (calls from several threads stay independent). The calling thread works too; a worker
+that cannot be started leaves its share to the others, so a launch never fails for lack of threads.
+Each thread takes the next task from a counter shared by the launch (an atomic fetch-and-add), so a
+thread that a busy core slows down takes fewer tasks instead of holding up the launch's end.
 
 The worker count: the `num_threads` argument of `PREFIX_ENTRY_with_threads` when it is > 0, else the
 environment variable UOPC_NUM_THREADS when it holds a positive number (read at each call), else the
@@ -27,12 +28,13 @@ POOL_C = r"""
 #include <pthread.h>
 #include <unistd.h>
 typedef void (*uopc_task_fn)(const void* args, int64_t task);
-typedef struct uopc_task_span { uopc_task_fn fn; const void* args; int64_t begin, end; } uopc_task_span;
+typedef struct uopc_task_queue { uopc_task_fn fn; const void* args; int64_t ntasks, next; } uopc_task_queue;
 #define UOPC_MAX_WORKERS 256
 
-static void* uopc_run_span(void* p) {
-  const uopc_task_span* s = (const uopc_task_span*)p;
-  for (int64_t t = s->begin; t < s->end; t++) s->fn(s->args, t);
+/* Run the launch's tasks until none is left; the thread join publishes what they wrote. */
+static void* uopc_run_tasks(void* p) {
+  uopc_task_queue* q = (uopc_task_queue*)p;
+  for (int64_t t; (t = __atomic_fetch_add(&q->next, 1, __ATOMIC_RELAXED)) < q->ntasks;) q->fn(q->args, t);
   return NULL;
 }
 
@@ -54,19 +56,13 @@ static void uopc_parallel_for(int num_threads, int64_t ntasks, uopc_task_fn fn, 
   int64_t n = uopc_worker_count(num_threads);
   if (n > ntasks) n = ntasks;
   if (n > UOPC_MAX_WORKERS) n = UOPC_MAX_WORKERS;
-  uopc_task_span spans[UOPC_MAX_WORKERS];
+  uopc_task_queue queue = {fn, args, ntasks, 0};
   pthread_t threads[UOPC_MAX_WORKERS];
   int started[UOPC_MAX_WORKERS];
-  for (int64_t w = 0; w < n; w++) {
-    uopc_task_span s = {fn, args, ntasks * w / n, ntasks * (w + 1) / n};
-    spans[w] = s;
-  }
-  for (int64_t w = 1; w < n; w++) started[w] = pthread_create(&threads[w], NULL, uopc_run_span, &spans[w]) == 0;
-  uopc_run_span(&spans[0]);
-  for (int64_t w = 1; w < n; w++) {
+  for (int64_t w = 1; w < n; w++) started[w] = pthread_create(&threads[w], NULL, uopc_run_tasks, &queue) == 0;
+  uopc_run_tasks(&queue);
+  for (int64_t w = 1; w < n; w++)
     if (started[w]) pthread_join(threads[w], NULL);
-    else uopc_run_span(&spans[w]);
-  }
 }
 """
 
