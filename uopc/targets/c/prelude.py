@@ -112,6 +112,22 @@ UOPC_HELPER float uopc_bfloat16_to_float(uopc_bfloat16 h) {
 UOPC_HELPER float uopc_maxf(float a, float b) { return (a != a || b != b) ? a + b : (a > b ? a : b); }
 UOPC_HELPER double uopc_max(double a, double b) { return (a != a || b != b) ? a + b : (a > b ? a : b); }
 
+/* Non-temporal stores of large outputs written once (see uopc/targets/c/render.py): SSE2's movntdq
+   where the compiler has it, `bytes` a multiple of 16 and dst 16-byte aligned; plain stores elsewhere. */
+#if defined(__SSE2__)
+UOPC_HELPER void uopc_stream_store(void* dst, const void* src, size_t bytes) {
+  for (size_t i = 0; i < bytes; i += 16) {
+    __m128i v;
+    memcpy(&v, (const char*)src + i, 16);
+    _mm_stream_si128((__m128i*)(void*)((char*)dst + i), v);
+  }
+}
+#define UOPC_STREAM_FENCE() _mm_sfence()
+#else
+UOPC_HELPER void uopc_stream_store(void* dst, const void* src, size_t bytes) { memcpy(dst, src, bytes); }
+#define UOPC_STREAM_FENCE() ((void)0)
+#endif
+
 /* Threefry-2x32, 20 rounds (SPEC-NOTES): the 32-bit halves of x and key are the two words. */
 UOPC_HELPER uint32_t uopc_rotl32(uint32_t v, int r) { return (v << r) | (v >> (32 - r)); }
 UOPC_HELPER uint64_t uopc_threefry2x32(uint64_t x, uint64_t key) {
@@ -138,6 +154,9 @@ C_PRELUDE = "\n".join([
   "#include <stdbool.h>",
   "#include <stdint.h>",
   "#include <string.h>",
+  "#if defined(__SSE2__)",
+  "#include <emmintrin.h> /* uopc_stream_store */",
+  "#endif",
   "#if defined(__clang__)",
   "#pragma STDC FP_CONTRACT OFF /* one rounding per op (GCC: -std=c99 or -ffp-contract=off) */",
   "#endif",
