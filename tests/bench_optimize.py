@@ -1,7 +1,7 @@
 """What the Optimize heuristics buy on this machine: each CPU benchmark workload (tests/bench/workloads.py)
 built by `uopc build -t c` twice, with the heuristics and with every kernel pinned to no opts
 (`--opts KERNEL:`), both checked against the float64 reference, then timed (best of a few runs).
-Not a test: `.venv/bin/python tests/bench_optimize.py [--filter NAME]`; nothing asserts a time.
+Not a test: `.venv/bin/python tests/bench_optimize.py [--filter NAME] [--cpu portable]`; nothing asserts a time.
 """
 from __future__ import annotations
 
@@ -48,6 +48,7 @@ def main() -> int:
   ap = argparse.ArgumentParser(description=__doc__)
   ap.add_argument("--filter", action="append", default=[], help="only workloads whose name contains this")
   ap.add_argument("--runs", type=int, default=5)
+  ap.add_argument("--cpu", default="native", help="`uopc build --cpu` of both builds (default native, as make bench)")
   args = ap.parse_args()
   rng = np.random.default_rng(0)
   print("| workload | no opts ms | heuristics ms | speedup |\n|---|---:|---:|---:|")
@@ -58,7 +59,7 @@ def main() -> int:
       want, tol = w.reference(*inputs), w.tolerance(*inputs)
       times = []
       for tag, build_args in (("plain", unoptimised_args(w, Path(tmp))), ("heuristics", ())):
-        prepared = Uopc(Path(tmp) / f"{tag}{i}", build_args).prepare(w, inputs)
+        prepared = Uopc(Path(tmp) / f"{tag}{i}", ("--cpu", args.cpu, *build_args)).prepare(w, inputs)
         prepared.call()
         got = prepared.result().astype(np.float64)
         if not np.all(np.abs(got - want) <= tol.atol + tol.rtol * np.abs(want)): raise SystemExit(f"{w.name} ({tag}): WRONG result")
