@@ -354,3 +354,40 @@ def test_every_op_and_dtype_matches_numpy(compiler, sanitize):
 def test_cases_cover_every_alu_op():
   covered = {c.sink.src[0].src[0].src[1].op for c in CASES.values()}
   assert GroupOp.ALU - covered == set()
+
+
+# ---- the same cases on vectors ---------------------------------------------------------------------------------
+def vectorize(sink: UOp, lanes: int) -> UOp:
+  """The case's kernel on `lanes`-wide vectors: its loop runs n/lanes times, each LOAD, op and STORE takes
+  `lanes` consecutive elements (the renderer's whole-vector forms, where it has one, instead of lane by lane)."""
+  idx, memo = dtypes.index, {}
+  for u in sink.toposort():
+    src = tuple(memo[s] for s in u.src)
+    if u.op is Ops.RANGE: new = UOp(Ops.RANGE, u.dtype, (UOp.const(idx, u.src[0].arg // lanes),), u.arg)
+    elif u.op is Ops.INDEX: new = UOp(Ops.INDEX, u.dtype, (src[0], UOp(Ops.MUL, idx, (src[1], UOp.const(idx, lanes)))))
+    elif u.op is Ops.CONST and u.dtype is not idx: new = UOp(Ops.CONST, u.dtype.vec(lanes), (), u.arg)
+    elif u.op is Ops.LOAD or u.op is Ops.CAST or u.op is Ops.BITCAST or u.op in GroupOp.ALU: new = UOp(u.op, u.dtype.vec(lanes), src, u.arg)
+    else: new = u if src == u.src else u.replace(src=src)
+    memo[u] = new
+  return memo[sink]
+
+
+VECTOR_CONFIGS = [pytest.param("gcc", True, (), id="gcc-asan-ubsan"),
+                  pytest.param("gcc", False, ("-march=native",), id="gcc-native"),
+                  pytest.param("clang", False, ("-march=native",), id="clang-native",
+                               marks=pytest.mark.skipif(not have("clang"), reason="clang not installed"))]
+
+
+@pytest.mark.parametrize("lanes", [16, 3])
+@pytest.mark.parametrize("compiler,sanitize,extra", VECTOR_CONFIGS)
+def test_every_op_and_dtype_matches_numpy_on_vectors(compiler, sanitize, extra, lanes):
+  cases = [c for c in CASES.values() if len(c.expected) % lanes == 0 and "threefry" not in c.name]
+  source = C_PRELUDE + "\n".join(render_kernel(linearize(vectorize(c.sink, lanes)), c.name).source for c in cases)
+  lib = compile_c(source, compiler, sanitize, extra=extra)
+  calls = [Call(c.name, (np.zeros(len(c.expected), c.expected.dtype), *c.inputs)) for c in cases]
+  failures = []
+  for case, res in zip(cases, run_calls(lib, calls, sanitize)):
+    if bad := mismatches(case, res[0]):
+      i = bad[0]
+      failures.append(f"{case.name}: {len(bad)} wrong, e.g. inputs {[x[i] for x in case.inputs]} -> {res[0][i]!r}, expected {case.expected[i]!r}")
+  assert len(cases) > len(CASES) // 2 and not failures, "\n".join(failures)

@@ -451,13 +451,78 @@ class _Renderer:
   def _elementwise(self, u: UOp) -> None:
     n = u.dtype.count
     if any(s.dtype.count != n for s in u.src): raise _fail(f"{u.op.name} mixes vector widths")
+    if n > 1 and (expr := self._whole_vector(u)) is not None:
+      # whole-vector operations, each lane computed exactly as the scalar op (IEEE arithmetic without
+      # contraction, wrapping integers, NaN-aware MAX, 0/1 bools): the compiler gets SIMD instructions
+      # instead of re-assembling lanes
+      self._define(u, expr, _PREFIX.get(u.op, "alu"))
+      return
     if u.op is Ops.CAST:
       self._vector(u, [cast_expr(self._lane(u.src[0], i), u.src[0].dtype.scalar, u.dtype.scalar) for i in range(n)])
       return
-    if n > 1 and u.op in _VECTOR_FLOAT_OPS and u.dtype.scalar in (dtypes.float32, dtypes.float64):
-      # whole-vector IEEE arithmetic: each lane is rounded exactly as the scalar op (no contraction), and
-      # the compiler gets SIMD instructions instead of re-assembling lanes
-      self._define(u, f"({self.names[u.src[0]]}{_VECTOR_FLOAT_OPS[u.op]}{self.names[u.src[1]]})", _PREFIX.get(u.op, "alu"))
-      return
     src_dt = (u.src[1] if u.op is Ops.WHERE else u.src[0]).dtype.scalar
     self._vector(u, [alu_expr(u.op, u.dtype.scalar, src_dt, [self._lane(s, i) for s in u.src]) for i in range(n)])
+
+  # ---- whole-vector expressions ----
+  def _whole_vector(self, u: UOp) -> str | None:
+    """A GCC/Clang vector-extension expression computing every lane of vector ALU/CAST u as the scalar
+    rules do, or None where only the lane-by-lane form is exact (16-bit floats, integer division,
+    float-to-int casts, narrow shifts, THREEFRY, transcendentals)."""
+    op, dt, xs = u.op, u.dtype, [self.names[s] for s in u.src]
+    if op is Ops.CAST: return self._vector_cast(u.src[0].dtype, dt, xs[0])
+    if op is Ops.WHERE: return _select(xs[0], xs[1], xs[2], dt, convert=True)
+    src = u.src[0].dtype
+    if op in _COMPARE_OPS:
+      if not (src.scalar.is_int() or src.scalar in (dtypes.float32, dtypes.float64, dtypes.bool)): return None
+      a, b = xs
+      mask = {Ops.CMPLT: f"-({a}<{b})", Ops.CMPGT: f"-({b}<{a})", Ops.CMPEQ: f"-({a}=={b})", Ops.CMPNE: f"-({a}!={b})",
+              Ops.CMPGE: f"(1+({a}<{b}))", Ops.CMPLE: f"(1+({b}<{a}))"}[op]
+      return f"__builtin_convertvector({mask}, {ctype(dt)})"
+    st = dt.scalar
+    if st in (dtypes.float32, dtypes.float64):
+      forms = {Ops.ADD: "({0}+{1})", Ops.SUB: "({0}-{1})", Ops.MUL: "({0}*{1})", Ops.DIV: "({0}/{1})", Ops.NEG: "(-{0})",
+               Ops.MULACC: "(({0}*{1})+{2})"}
+      if op in forms: return forms[op].format(*xs)
+      if op is Ops.RECIP: return f"({_splat(render_const(1.0, st), dt)}/{xs[0]})"
+      if op is Ops.MAX:  # NaN if either is NaN (as uopc_maxf), else the larger
+        a, b = xs
+        return _select(f"(({a}!={a})|({b}!={b}))", f"({a}+{b})", _select(f"({a}>{b})", a, b, dt), dt)
+      return None
+    if st.is_int():
+      t, w = ctype(dt), vector_type_name(_unsigned(st), _lanes(dt.count))
+      forms = {Ops.ADD: f"({t})(({w}){{0}}+({w}){{1}})", Ops.SUB: f"({t})(({w}){{0}}-({w}){{1}})",
+               Ops.MUL: f"({t})(({w}){{0}}*({w}){{1}})", Ops.NEG: f"({t})(-({w}){{0}})",
+               Ops.MULACC: f"({t})(({w}){{0}}*({w}){{1}}+({w}){{2}})", Ops.AND: "({0}&{1})", Ops.OR: "({0}|{1})",
+               Ops.XOR: "({0}^{1})", Ops.NOT: "(~{0})", Ops.TRUNC: "{0}"}
+      if st.itemsize >= 4: forms.update({Ops.SHL: f"({t})(({w}){{0}}<<({w}){{1}})", Ops.SHR: "({0}>>{1})"})
+      if op in forms: return forms[op].format(*xs)
+      if op is Ops.MAX: return _select(f"({xs[0]}>{xs[1]})", xs[0], xs[1], dt)
+    return None
+
+  def _vector_cast(self, src: DType, dst: DType, x: str) -> str | None:
+    if src == dst: return x
+    if _is_half(src.scalar) or _is_half(dst.scalar): return None
+    if dst.scalar is dtypes.bool: return f"__builtin_convertvector(-({x}!=0), {ctype(dst)})"
+    # float to int: only to int32, where vector and scalar conversions are the same instruction family and agree
+    # even out of range (x86: 0x80000000; arm: saturation); other widths lane by lane, as the scalar cast does
+    if src.scalar.is_float() and not dst.scalar.is_float() and dst.scalar is not dtypes.int32: return None
+    return f"__builtin_convertvector({x}, {ctype(dst)})"
+
+
+_UNSIGNED = {1: dtypes.uint8, 2: dtypes.uint16, 4: dtypes.uint32, 8: dtypes.uint64}
+_SIGNED = {1: dtypes.int8, 2: dtypes.int16, 4: dtypes.int32, 8: dtypes.int64}
+
+
+def _unsigned(st: DType) -> DType: return _UNSIGNED[st.itemsize]
+
+
+def _splat(literal: str, dt: DType) -> str:
+  return f"(({ctype(dt)}){{{', '.join([literal] * dt.count)}}})"
+
+
+def _select(cond: str, a: str, b: str, dt: DType, convert: bool = False) -> str:
+  """Lanes of a where cond, else of b, by bits: cond is a comparison's mask (-1/0 lanes, of any integer
+  vector type of the lane width), or with `convert` a bool vector (0/1 lanes)."""
+  m = vector_type_name(_SIGNED[dt.scalar.itemsize], _lanes(dt.count))
+  mask = f"(-__builtin_convertvector({cond}, {m}))" if convert else f"(({m}){cond})"
+  return f"(({ctype(dt)})((({m}){a}&{mask})|(({m}){b}&~{mask})))"
