@@ -356,6 +356,22 @@ def test_cases_cover_every_alu_op():
   assert GroupOp.ALU - covered == set()
 
 
+def _where_of_compare_cases():
+  """WHERE selecting by a comparison (on vectors the renderer keeps such a comparison as a mask), NaN included."""
+  fns = {Ops.CMPLT: np.less, Ops.CMPNE: np.not_equal, Ops.CMPGT: np.greater, Ops.CMPGE: lambda a, b: ~np.less(a, b),
+         Ops.CMPLE: lambda a, b: ~np.less(b, a), Ops.CMPEQ: np.equal}
+  for dt in (dtypes.float32, dtypes.float64, dtypes.int32, dtypes.int8, dtypes.uint16):
+    a = floats(dt) if dt.is_float() else ints(dt)
+    b = np.concatenate([a[:8], (floats(dt) if dt.is_float() else ints(dt))[8:]])  # equal pairs too
+    for op, fn in fns.items():
+      build = lambda x, y, op=op: UOp(Ops.WHERE, x.dtype, (UOp(op, dtypes.bool, (x, y)), x, y))
+      add_case(f"WHERE_{op.name}", dt.name, build, [dt, dt], dt, [a, b], np.where(fn(a, b), a, b))
+
+
+with np.errstate(invalid="ignore"):
+  _where_of_compare_cases()
+
+
 # ---- the same cases on vectors ---------------------------------------------------------------------------------
 def vectorize(sink: UOp, lanes: int) -> UOp:
   """The case's kernel on `lanes`-wide vectors: its loop runs n/lanes times, each LOAD, op and STORE takes

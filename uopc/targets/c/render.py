@@ -236,6 +236,11 @@ class _Renderer:
     self.open_blocks: list[UOp] = []
     self.params = self._params()
     self.stored = self._bytes_stored()
+    self.users: dict[UOp, list[UOp]] = {}
+    for u in uops:
+      if u in self.live:
+        for x in u.src: self.users.setdefault(x, []).append(u)
+    self.masks: set[UOp] = set()  # vector comparisons kept as -1/0 integer masks (every user a WHERE of their lane width)
     self.streamed: dict[UOp, str] = {}  # buffer -> the name of its run-time alignment flag
 
   # ---- analysis ----
@@ -298,9 +303,11 @@ class _Renderer:
 
   def _line(self, text: str) -> None: self.lines.append("  " * (len(self.open_blocks) + 1) + text)
 
-  def _define(self, u: UOp, expr: str, prefix: str) -> None:
+  def _define(self, u: UOp, expr: str, prefix: str) -> None: self._define_as(u, ctype(u.dtype), expr, prefix)
+
+  def _define_as(self, u: UOp, ctype_: str, expr: str, prefix: str) -> None:
     name = self._fresh(prefix)
-    self._line(f"{ctype(u.dtype)} {name} = {expr};")
+    self._line(f"{ctype_} {name} = {expr};")
     self.names[u] = name
 
   def render(self) -> RenderedKernel:
@@ -451,6 +458,10 @@ class _Renderer:
   def _elementwise(self, u: UOp) -> None:
     n = u.dtype.count
     if any(s.dtype.count != n for s in u.src): raise _fail(f"{u.op.name} mixes vector widths")
+    if n > 1 and u.op in _COMPARE_OPS and (mask := self._mask(u)) is not None:
+      self._define_as(u, mask[0], mask[1], "mask")
+      self.masks.add(u)
+      return
     if n > 1 and (expr := self._whole_vector(u)) is not None:
       # whole-vector operations, each lane computed exactly as the scalar op (IEEE arithmetic without
       # contraction, wrapping integers, NaN-aware MAX, 0/1 bools): the compiler gets SIMD instructions
@@ -470,7 +481,7 @@ class _Renderer:
     float-to-int casts, narrow shifts, THREEFRY, transcendentals)."""
     op, dt, xs = u.op, u.dtype, [self.names[s] for s in u.src]
     if op is Ops.CAST: return self._vector_cast(u.src[0].dtype, dt, xs[0])
-    if op is Ops.WHERE: return _select(xs[0], xs[1], xs[2], dt, convert=True)
+    if op is Ops.WHERE: return _select(xs[0], xs[1], xs[2], dt, convert=u.src[0] not in self.masks)
     src = u.src[0].dtype
     if op in _COMPARE_OPS:
       if not (src.scalar.is_int() or src.scalar in (dtypes.float32, dtypes.float64, dtypes.bool)): return None
@@ -479,6 +490,12 @@ class _Renderer:
               Ops.CMPGE: f"(1+({a}<{b}))", Ops.CMPLE: f"(1+({b}<{a}))"}[op]
       return f"__builtin_convertvector({mask}, {ctype(dt)})"
     st = dt.scalar
+    if st is dtypes.bool:  # 0/1 lanes
+      one = _splat("1", dt)
+      forms = {Ops.ADD: "({0}|{1})", Ops.OR: "({0}|{1})", Ops.MAX: "({0}|{1})", Ops.MUL: "({0}&{1})", Ops.AND: "({0}&{1})",
+               Ops.XOR: "({0}^{1})"}
+      if op in forms: return forms[op].format(*xs)
+      return f"({xs[0]}^{one})" if op is Ops.NOT else None
     if st in (dtypes.float32, dtypes.float64):
       forms = {Ops.ADD: "({0}+{1})", Ops.SUB: "({0}-{1})", Ops.MUL: "({0}*{1})", Ops.DIV: "({0}/{1})", Ops.NEG: "(-{0})",
                Ops.MULACC: "(({0}*{1})+{2})"}
@@ -498,6 +515,20 @@ class _Renderer:
       if op in forms: return forms[op].format(*xs)
       if op is Ops.MAX: return _select(f"({xs[0]}>{xs[1]})", xs[0], xs[1], dt)
     return None
+
+  def _mask(self, u: UOp) -> tuple[str, str] | None:
+    """(C type, expression) of comparison u as a -1/0 integer mask of its operands' lane width, when every
+    user is a WHERE selecting values of that width by it (no 0/1 bool vector is made then), else None."""
+    src = u.src[0].dtype.scalar
+    if not (src.is_int() or src in (dtypes.float32, dtypes.float64, dtypes.bool)): return None
+    users = self.users.get(u, [])
+    if not users or any(w.op is not Ops.WHERE or w.src[0] is not u or w.src[1] is u or w.src[2] is u or
+                        w.dtype.scalar.itemsize != src.itemsize for w in users): return None
+    m = vector_type_name(_SIGNED[src.itemsize], _lanes(u.dtype.count))
+    a, b = (self.names[x] for x in u.src)
+    form = {Ops.CMPLT: f"(({m})({a}<{b}))", Ops.CMPGT: f"(({m})({b}<{a}))", Ops.CMPEQ: f"(({m})({a}=={b}))",
+            Ops.CMPNE: f"(({m})({a}!={b}))", Ops.CMPGE: f"(~({m})({a}<{b}))", Ops.CMPLE: f"(~({m})({b}<{a}))"}[u.op]
+    return m, form
 
   def _vector_cast(self, src: DType, dst: DType, x: str) -> str | None:
     if src == dst: return x
@@ -524,5 +555,5 @@ def _select(cond: str, a: str, b: str, dt: DType, convert: bool = False) -> str:
   """Lanes of a where cond, else of b, by bits: cond is a comparison's mask (-1/0 lanes, of any integer
   vector type of the lane width), or with `convert` a bool vector (0/1 lanes)."""
   m = vector_type_name(_SIGNED[dt.scalar.itemsize], _lanes(dt.count))
-  mask = f"(-__builtin_convertvector({cond}, {m}))" if convert else f"(({m}){cond})"
+  mask = f"(-__builtin_convertvector({cond}, {m}))" if convert else f"(({m}){cond})"  # cond: a bool vector, or a mask
   return f"(({ctype(dt)})((({m}){a}&{mask})|(({m}){b}&~{mask})))"
