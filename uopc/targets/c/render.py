@@ -241,6 +241,7 @@ class _Renderer:
       if u in self.live:
         for x in u.src: self.users.setdefault(x, []).append(u)
     self.masks: set[UOp] = set()  # vector comparisons kept as -1/0 integer masks (every user a WHERE of their lane width)
+    self.whole: set[UOp] = set()  # vector values computed by whole-vector expressions
     self.streamed: dict[UOp, str] = {}  # buffer -> the name of its run-time alignment flag
 
   # ---- analysis ----
@@ -410,6 +411,7 @@ class _Renderer:
       self._define(u, f"({gate}?*{ptr}:{alt})" if gate is not None else f"*{ptr}", "val")
       return
     self._define(u, alt if alt is not None else "{0}", "val")
+    self.whole.add(u)
     copy = f"memcpy(&{self.names[u]}, {ptr}, {u.dtype.itemsize});"
     self._line(f"if ({gate}) {copy}" if gate is not None else copy)
 
@@ -467,6 +469,7 @@ class _Renderer:
       # contraction, wrapping integers, NaN-aware MAX, 0/1 bools): the compiler gets SIMD instructions
       # instead of re-assembling lanes
       self._define(u, expr, _PREFIX.get(u.op, "alu"))
+      self.whole.add(u)
       return
     if u.op is Ops.CAST:
       self._vector(u, [cast_expr(self._lane(u.src[0], i), u.src[0].dtype.scalar, u.dtype.scalar) for i in range(n)])
@@ -480,9 +483,17 @@ class _Renderer:
     rules do, or None where only the lane-by-lane form is exact (16-bit floats, integer division,
     float-to-int casts, narrow shifts, THREEFRY, transcendentals)."""
     op, dt, xs = u.op, u.dtype, [self.names[s] for s in u.src]
+    # index arithmetic (addresses, gates) stays lane by lane: its lanes are taken apart again for the scalar
+    # loads they address, which whole int64 vectors would make gcc extract one by one (conv3x3: 35 -> 313 ms)
+    if dtypes.index in (dt.scalar, *(s.dtype.scalar for s in u.src)): return None
     if op is Ops.CAST: return self._vector_cast(u.src[0].dtype, dt, xs[0])
-    if op is Ops.WHERE: return _select(xs[0], xs[1], xs[2], dt, convert=u.src[0] not in self.masks)
+    if op is Ops.WHERE:  # by a mask or a bool vector computed whole; lane by lane on bools put together lane by lane
+      if u.src[0] not in self.masks and u.src[0] not in self.whole: return None
+      return _select(xs[0], xs[1], xs[2], dt, convert=u.src[0] not in self.masks)
     src = u.src[0].dtype
+    # bools that gate loads and stores lane by lane are made lane by lane too (packing them into a vector
+    # only to take it apart again costs more than it saves)
+    if dt.scalar is dtypes.bool and any(w.op in (Ops.GEP, Ops.LOAD, Ops.STORE) for w in self.users.get(u, [])): return None
     if op in _COMPARE_OPS:
       if not (src.scalar.is_int() or src.scalar in (dtypes.float32, dtypes.float64, dtypes.bool)): return None
       a, b = xs
@@ -520,7 +531,7 @@ class _Renderer:
     """(C type, expression) of comparison u as a -1/0 integer mask of its operands' lane width, when every
     user is a WHERE selecting values of that width by it (no 0/1 bool vector is made then), else None."""
     src = u.src[0].dtype.scalar
-    if not (src.is_int() or src in (dtypes.float32, dtypes.float64, dtypes.bool)): return None
+    if not (src.is_int() or src in (dtypes.float32, dtypes.float64, dtypes.bool)) or src is dtypes.index: return None
     users = self.users.get(u, [])
     if not users or any(w.op is not Ops.WHERE or w.src[0] is not u or w.src[1] is u or w.src[2] is u or
                         w.dtype.scalar.itemsize != src.itemsize for w in users): return None
