@@ -139,3 +139,9 @@ def test_wide_source_is_clean_under_sanitizers(tmp_path):
     want = run_func(plain, f, random_inputs(f, i))
     for (name, _, _, is_out), got in zip(f.args, args):
       if is_out: np.testing.assert_array_equal(got, want[name], err_msg=f.name)
+
+
+def test_native_builds_are_byte_identical(tmp_path):
+  text = program(CHUNKS[2])
+  a, b = (_build(tmp_path, text, tag, "native") for tag in ("a", "b"))
+  for f in (f"{LIB}.c", f"lib{LIB}.so", f"{LIB}.h"): assert (a / f).read_bytes() == (b / f).read_bytes(), f
