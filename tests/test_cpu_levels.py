@@ -17,7 +17,7 @@ from click.testing import CliRunner
 
 from c_harness import Call, compile_c, have, run_calls
 from test_optimize import LIB, elementwise, equivalence_programs, kernels_of, program, random_inputs, reduction, run_func
-from test_tensor_programs import gemm, softmax
+from test_tensor_programs import conv2d, gemm, softmax
 from uopc.cli import cli
 from uopc.driver import CPU_LEVELS, BuildOptions, build, cpu_flags, cpu_vector_bytes
 from uopc.stages.optimize import heuristic_opts, target_caps
@@ -94,6 +94,13 @@ def test_register_tiles_follow_the_vector_width():
   assert _opts(elementwise(64, 256), 64)[0].startswith("SPLIT(1,32,u)")
   # a row sum's output axis reads its rows with a stride: 8 rows at a time, whatever the width
   assert _opts(reduction(4096, 4096, "ADD", 1), 64)[0].startswith("SPLIT(0,8,u)")
+  # a padded 3x3 convolution: 8 columns (56 is no multiple of 16) by as many output channels as fill
+  # 16 registers, not its rows (their border-gated loads would be gathered lane by lane), and no swap
+  c = conv2d(64, 56, 56, 64, 3, 3, 1)
+  assert _opts(c, 64) == ["SPLIT(2,8,u),SPLIT(0,32,u),SPLIT(6,2,r),SPLIT(0,2,t,top)"]
+  assert _opts(c, 16) == ["SPLIT(2,8,u),SPLIT(0,8,u),SPLIT(6,2,r),SPLIT(0,8,t,top)"]
+  # a reduction whose contiguous axis takes fewer lanes (100 columns: 4) gets more rows for the same registers
+  assert _opts(softmax(4096, 100), 64)[0].startswith("SPLIT(1,4,u),SPLIT(0,32,u)")
 
 
 def _build(tmp_path: Path, text: str, tag: str, cpu: str, cc: str = "cc", cflags: str = "", emit=None) -> Path:
@@ -105,7 +112,8 @@ def _build(tmp_path: Path, text: str, tag: str, cpu: str, cc: str = "cc", cflags
 
 
 # programs of distinct entry names per library: odd sizes (no tile divides them), tiles, THREAD axes
-CHUNKS = [equivalence_programs(64, 48, 32), equivalence_programs(5, 7, 9), [gemm(96, 64, 160), softmax(40, 96), elementwise(33, 200)]]
+CHUNKS = [equivalence_programs(64, 48, 32), equivalence_programs(5, 7, 9),
+          [gemm(96, 64, 160), softmax(40, 96), elementwise(33, 200), conv2d(5, 9, 24, 64, 3, 3, 1)]]
 
 
 @pytest.mark.parametrize("cc", [c for c in ("gcc", "clang") if have(c)])

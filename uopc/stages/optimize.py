@@ -549,7 +549,8 @@ def optimize(sink: UOp, kernel: str, caps: TargetCaps, pinned: tuple[Opt, ...] |
 
 THREAD_MIN_WORK = 1 << 17  # iterations below which starting threads costs more than it saves
 THREAD_TASKS = 32          # tasks a THREAD axis aims for: enough to balance any core count up to it
-CPU_TILE_ROWS = (8, 4, 2)  # UPCAST factors of a CPU register tile's second output axis (rows of a gemm's C)
+CPU_TILE_ROWS = (32, 16, 8, 4, 2)  # UPCAST factors of a CPU register tile's second output axis (rows of a gemm's C)
+CPU_TILE_REGISTERS = 16    # vector registers' worth of accumulators in a CPU register tile
 CPU_GATHER_LANES = 8       # lanes of the contiguous output axis when its reads are strided (a row sum's rows)
 
 
@@ -618,15 +619,25 @@ def _reads_contiguously(plan: _Planner, i: int) -> bool:
   return True
 
 
+def _in_gated_load(plan: _Planner, i: int) -> bool:
+  """Axis i moves the address or the gate of a gated global LOAD (a padded border)."""
+  r = kernel_axes(plan.sink)[i]
+  return any(u.op is Ops.LOAD and len(u.src) == 3 and _is_global(root_buffer(u.src[0])) and r in u.toposort() for u in _memory_ops(plan.sink))
+
+
 def _cpu_heuristics(plan: _Planner) -> None:
   """Sized by the vector registers of the build (`caps.vector_width` f32 lanes, W: 4 for the portable
   x86-64 build's SSE, 8 for AVX2, 16 for AVX-512; see `--cpu`), measured on 2 cores (tests/bench_optimize.py):
   - elementwise: UPCAST the contiguous output axis by two registers' worth (2W lanes);
   - reductions: a register tile of independent accumulators, 2W along the contiguous output axis (two
-    registers) and 8 along another output axis, the reduce axis unrolled by 2 (small reduce axes, up
+    registers) and along another output axis as many as make 16 registers' worth (8 for a gemm; 32
+    output channels x 8 columns for a 3x3 convolution with AVX-512), that axis one that no gated load
+    depends on where there is one (a padded convolution's output channels, not its rows: 3.8-4.1 vs
+    34 ms with AVX-512, 11 vs 35 ms portable), the reduce axis unrolled by 2 (small reduce axes, up
     to 8, unrolled whole); the contiguous axis's blocks outermost, so that the block of a gemm's B it
     reads stays in cache while the other axis's blocks stream past (45 vs 21 GFLOP/s for gemm 1024 on
-    2 cores with the portable 4x8 tile and the other order). A tile two registers wide reads whole
+    2 cores with the portable 4x8 tile and the other order), but not in kernels with gated loads (the
+    convolution's 7 blocks of 8 columns would be 7 uneven THREAD tasks: 6.3 vs 4.1 ms). A tile two registers wide reads whole
     64-byte cache lines of B on AVX-512: gemm 1024 with --cpu native, 190 GFLOP/s with 32x8 against
     146 with 16x8, 127 with 16x16, 110 with 32x4 and 82 with the portable 8x8; AVX2: 133 with 16x8
     against 92 with 8x8 and 99 with 32x4; portable: 73 with 8x8 against 63 with 16x4;
@@ -637,15 +648,21 @@ def _cpu_heuristics(plan: _Planner) -> None:
   inner = _contiguous_output(plan)
   width = 2 * plan.caps.vector_width if inner is not None and _reads_contiguously(plan, inner) else CPU_GATHER_LANES
   others = [i for i in plan.axes(AxisType.GLOBAL) if i != inner and isinstance(plan.size(i), int)]
-  if inner is not None and plan.split_by_first(inner, [width >> i for i in range(width.bit_length() - 1)], AxisType.UPCAST):
-    others = [i + (i > inner) for i in others]
+  lanes = plan.split_by_first(inner, [width >> i for i in range(width.bit_length() - 1)], AxisType.UPCAST) if inner is not None else 0
+  if lanes: others = [i + (i > inner) for i in others]
   if plan.axes(AxisType.REDUCE):
-    if others and plan.split_by_first(others[-1], CPU_TILE_ROWS, AxisType.UPCAST) and inner is not None:
-      inner += inner > others[-1]
+    # the tile's other axis: one whose loads are not gated (a convolution's output channels, not its
+    # rows, whose border-gated loads would be gathered lane by lane), as many lanes as fill the budget
+    ungated = [i for i in others if not _in_gated_load(plan, i)]
+    other = (ungated or others or [None])[-1]
+    gated = any(u.op is Ops.LOAD and len(u.src) == 3 for u in _memory_ops(plan.sink))
+    rows = [k for k in CPU_TILE_ROWS if k * lanes <= CPU_TILE_REGISTERS * plan.caps.vector_width] if lanes else CPU_TILE_ROWS[-3:]
+    if other is not None and plan.split_by_first(other, rows, AxisType.UPCAST) and inner is not None:
+      inner += inner > other
     r = plan.axes(AxisType.REDUCE)[-1]
     if isinstance(plan.size(r), int) and plan.size(r) <= 8: plan.split_by_first(r, (plan.size(r),), AxisType.UNROLL)
     else: plan.split_by_first(r, (2,), AxisType.UNROLL)
-    if inner is not None and others and others[-1] < inner: plan.apply(Opt(OptOp.SWAP, others[-1], inner))
+    if inner is not None and other is not None and other < inner and not gated: plan.apply(Opt(OptOp.SWAP, other, inner))
   globals_ = plan.axes(AxisType.GLOBAL)
   axes = kernel_axes(plan.sink)
   reduces = {axes[i] for i in plan.axes(AxisType.REDUCE, AxisType.UNROLL)}
