@@ -12,6 +12,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from bench.workloads import elementwise_add as add
 from c_harness import Call, compile_c, have, run_calls
 from test_cpu_levels import RUNNABLE
 from test_tensor_programs import Func
@@ -19,13 +20,6 @@ from uopc.driver import BuildOptions, build
 from uopc.targets.c.render import STREAM_MIN_BYTES
 
 N = STREAM_MIN_BYTES // 4  # float32 elements of an output just big enough to stream
-
-
-def add(n: int) -> Func:
-  f = Func("add")
-  x, y, out = f.param("x", (n,)), f.param("y", (n,)), f.param("out", (n,), out=True)
-  f.store(out, f.op("ADD", x, y))
-  return f
 
 
 def accumulate(n: int) -> Func:
