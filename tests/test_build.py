@@ -68,16 +68,23 @@ SEED_CASES = {
 }
 
 
-@pytest.mark.parametrize("case", sorted(SEED_CASES))
-def test_seed_programs_build_and_run(tmp_path, case):
+def build_and_run_seed(tmp_path: Path, case: str, target: str) -> Path:
+  """Build SEED_CASES[case] for `target`, call its entry from a C program and check what it prints; the
+  output folder."""
   listing, decls, call, show, expected = SEED_CASES[case]
   src = tmp_path / f"{case}.uop"
   src.write_text(listing)
   out = tmp_path / "out"
-  r = uopc(src, "-t", "c", "-o", out)
+  r = uopc(src, "-t", target, "-o", out)
   assert r.exit_code == 0, r.output
   body = f'  {decls}\n  int rc = {case}_{entry_name(src)}({call});\n  if (rc != UOPC_OK) return 10 + rc;\n  {show}'
   assert run_c(tmp_path, out, case, body) == expected
+  return out
+
+
+@pytest.mark.parametrize("case", sorted(SEED_CASES))
+def test_seed_programs_build_and_run(tmp_path, case):
+  build_and_run_seed(tmp_path, case, "c")
 
 
 def test_saxpy_sample_checks_its_arguments(tmp_path):

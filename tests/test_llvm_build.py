@@ -5,20 +5,13 @@ from __future__ import annotations
 
 import pytest
 
-from test_build import SEED_CASES, entry_name, run_c, uopc
+from test_build import SEED_CASES, build_and_run_seed, uopc
 
 
 @pytest.mark.parametrize("case", sorted(SEED_CASES))
 def test_seed_programs_build_and_run(tmp_path, case):
-  listing, decls, call, show, expected = SEED_CASES[case]
-  src = tmp_path / f"{case}.uop"
-  src.write_text(listing)
-  out = tmp_path / "out"
-  r = uopc(src, "-t", "llvm", "-o", out)
-  assert r.exit_code == 0, r.output
+  out = build_and_run_seed(tmp_path, case, "llvm")
   assert sorted(p.name for p in out.iterdir()) == sorted([f"{case}.ll", f"{case}.o", f"{case}.c", f"lib{case}.so", f"{case}.h"])
-  body = f'  {decls}\n  int rc = {case}_{entry_name(src)}({call});\n  if (rc != UOPC_OK) return 10 + rc;\n  {show}'
-  assert run_c(tmp_path, out, case, body) == expected
 
 
 def test_two_builds_are_byte_identical(tmp_path):
