@@ -32,7 +32,7 @@ ROOT = pathlib.Path(__file__).resolve().parent.parent
 SAMPLES = sorted((ROOT / "samples").glob("*.uop"))
 PTXAS = toolchain.find_tool("ptxas")
 needs_ptxas = pytest.mark.skipif(PTXAS is None, reason="ptxas not found (CUDA_HOME, PATH or the nvidia-cuda-nvcc wheel)")
-REFUSED = {Ops.EXP2, Ops.LOG2, Ops.SIN, Ops.POW}  # approximate only: isel decomposes them
+REFUSED = {Ops.EXP2, Ops.LOG2, Ops.SIN, Ops.POW}  # approximate only (EXP2: of float64): isel decomposes them
 idx = dtypes.index
 
 
@@ -92,18 +92,36 @@ def test_samples_build_with_ptxas(sample, tmp_path):
   assert {p.name for p in written} >= {f"{pathlib.Path(sample).stem}.{ext}" for ext in ("ptx", "fatbin", "h")}
 
 
-def test_refusals_name_the_op_with_its_location():
+def _unary_kernel(op: Ops, dt) -> tuple[UOp, UOp]:
+  """out[r] = op(float(r)) over 4 elements of dt: (the kernel, the op's uop)."""
   r = UOp(Ops.RANGE, idx, (UOp.const(idx, 4),), (0, AxisType.LOOP))
-  out = UOp(Ops.PARAM, dtypes.float32.ptr(), (), (0, "out"))
-  exp = UOp(Ops.EXP2, dtypes.float32, (UOp(Ops.CAST, dtypes.float32, (r,)),))
-  sink = UOp(Ops.SINK, src=(UOp(Ops.END, src=(UOp(Ops.STORE, src=(UOp(Ops.INDEX, out.dtype, (out, r)), exp)), r)),))
+  out = UOp(Ops.PARAM, dt.ptr(), (), (0, "out"))
+  u = UOp(op, dt, (UOp(Ops.CAST, dt, (r,)),))
+  return UOp(Ops.SINK, src=(UOp(Ops.END, src=(UOp(Ops.STORE, src=(UOp(Ops.INDEX, out.dtype, (out, r)), u)), r)),)), u
+
+
+def test_refusals_name_the_op_with_its_location():
+  sink, log = _unary_kernel(Ops.LOG2, dtypes.float32)
   from uopc.diagnostics import Loc
   with pytest.raises(CompileError) as e:
-    render_kernel(linearize(sink), "k", loc_of=lambda u: Loc("f.uop", 3, 7) if u is exp else None)
+    render_kernel(linearize(sink), "k", loc_of=lambda u: Loc("f.uop", 3, 7) if u is log else None)
   (d,) = e.value.diagnostics
-  assert "EXP2" in d.message and str(d.loc) == "f.uop:3:7"
+  assert "LOG2" in d.message and str(d.loc) == "f.uop:3:7"
   with pytest.raises(CompileError, match="sm_80 or later"):
     render_kernel(linearize(sink), "k", arch="sm_75", fast_math=True)
+
+
+def test_exp2_is_ex2_approx_without_ftz_except_for_float64(tmp_path):
+  """ex2.approx.f32 meets the 2-ULP bar (checked on every input by test_cuda_gpu.py) but only without .ftz,
+  which would flush subnormal results; float64 has no accurate instruction and is refused."""
+  for dt in (dtypes.float32, dtypes.float16, dtypes.bfloat16):
+    filecheck(render_kernel(linearize(_unary_kernel(Ops.EXP2, dt)[0]), "k").source, """
+      CHECK-NOT: ftz
+      CHECK: ex2.approx.f32
+      CHECK-NOT: ftz
+      """, tmp_path)
+  with pytest.raises(CompileError, match="EXP2 of float64"):
+    render_kernel(linearize(_unary_kernel(Ops.EXP2, dtypes.float64)[0]), "k")
 
 
 # ---- FileCheck: the PTX-specific lowering ---------------------------------------------------------------------------

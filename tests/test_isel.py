@@ -27,9 +27,15 @@ def test_c_keeps_every_op_and_cuda_decomposes_pow():
 
 
 def test_fast_math_allows_approximate_instructions():
-  sink = elementwise(_unary(Ops.EXP2), [dtypes.float32], dtypes.float32)
-  assert Ops.EXP2 not in ops_in(isel(sink, capabilities("cuda")))
-  assert Ops.EXP2 in ops_in(isel(sink, capabilities("cuda"), fast_math=True))
+  sink = elementwise(_unary(Ops.LOG2), [dtypes.float32], dtypes.float32)
+  assert Ops.LOG2 not in ops_in(isel(sink, capabilities("cuda")))
+  assert Ops.LOG2 in ops_in(isel(sink, capabilities("cuda"), fast_math=True))
+
+
+def test_cuda_keeps_exp2_up_to_float32_and_decomposes_float64():
+  for dt in (dtypes.float16, dtypes.bfloat16, dtypes.float32):
+    assert Ops.EXP2 in ops_in(isel(elementwise(_unary(Ops.EXP2), [dt], dt), capabilities("cuda")))
+  assert Ops.EXP2 not in ops_in(isel(elementwise(_unary(Ops.EXP2), [dtypes.float64], dtypes.float64), capabilities("cuda")))
 
 
 def test_nothing_decomposed_leaves_only_primitives():
