@@ -204,7 +204,7 @@ def test_padto_masks_every_access_inside_the_axis():
   ("SPLIT(0,2,u,top)", C, "UPCAST is the inner part of a split (drop 'top')"),
   ("SPLIT(0,2,t,top)", GPU, "target cuda has no CPU threads"),
   ("SPLIT(0,2,L)", C, "no axis is split into LOOP"),
-  ("TC(0,0,0)", C, "target c has no tensor cores"),
+  ("TC(2)", C, "target c has no tensor cores"),
   ("SPLIT(0,2,u),TC(0)", C, "TC must be the first opt"),
   ("SWAP(0,2)", C, "axes of different types (g, R) cannot swap"),
   ("SWAP(1,1)", C, "swaps an axis with itself"),

@@ -28,6 +28,7 @@ from ml_dtypes import bfloat16
 from uopc.diagnostics import CompileError, Loc, error
 from uopc.dtype import AddrSpace, DType, PtrDType, dtypes
 from uopc.ops import Ops
+from uopc.stages.tensor_cores import WARP_SIZE, by_arg
 
 NP_DTYPES = {"bool": np.bool_, "int8": np.int8, "int16": np.int16, "int32": np.int32, "int64": np.int64,
              "uint8": np.uint8, "uint16": np.uint16, "uint32": np.uint32, "uint64": np.uint64,
@@ -306,7 +307,31 @@ class _Emulator:
       return v[:, 0] if dt.count == 1 else v
     if op is Ops.CAST: return self._cast(u, self.values[u.src[0]], u.src[0].dtype, dt)
     if op is Ops.BITCAST: return self._bitcast(self.values[u.src[0]], dt)
+    if op is Ops.WMMA: return self._wmma(u)
     return self._alu(u, [self.values[s] for s in u.src], self.active)
+
+  def _wmma(self, u):
+    """D = A @ B + C per warp (32 consecutive threads, lidx0 fastest, as on the GPU) from the lanes'
+    fragments (uopc.stages.tensor_cores), computed in float64 (the products of half-precision inputs
+    exactly) and rounded once to the accumulator's dtype; the hardware rounds its partial sums in its
+    own way, so results agree to a few ULP."""
+    tc = by_arg(u.arg)
+    if tc is None: raise self.fail(u, f"WMMA {u.arg!r}: no such tensor core")
+    if not self.active.all(): raise self.fail(u, "WMMA reached by only some threads: every lane of a warp must take part")
+    names = sorted(n for n in self.launch.threads if n.startswith("lidx"))
+    if len(names) != len(self.launch.threads) or self.T % WARP_SIZE:
+      raise self.fail(u, f"WMMA needs workgroups (lidx) of whole warps of {WARP_SIZE} threads")
+    tid, stride = np.zeros(self.T, np.int64), 1
+    for name in names:
+      tid, stride = tid + self.lanes[name] * stride, stride * self.launch.threads[name]
+    warp, lane = tid // WARP_SIZE, tid % WARP_SIZE
+    group, pair = lane // 4, 2 * (lane % 4)
+    (m, n, k), warps = tc.dims, self.T // WARP_SIZE
+    a, b, c = (np.zeros((warps,) + shape) for shape in ((m, k), (k, n), (m, n)))
+    for mat, frag, offsets, (row, col) in ((a, 0, tc.a, (group, pair)), (b, 1, tc.b, (pair, group)), (c, 2, tc.c, (group, pair))):
+      for i, (dr, dc) in enumerate(offsets): mat[warp, row + dr, col + dc] = self.values[u.src[frag]][:, i].astype(np.float64)
+    d = round_to(a @ b + c, u.dtype)
+    return np.stack([d[warp, group + dr, pair + dc] for dr, dc in tc.c], axis=1)
 
   def _const(self, u):
     shape = (self.T,) if u.dtype.count == 1 else (self.T, u.dtype.count)

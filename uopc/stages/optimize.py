@@ -19,19 +19,31 @@ OptOps (seed 000's table), composed left to right, each checked before it applie
   size k gets AxisType T, the other keeps the old type. T must be splittable from the axis's type
   (LOCAL from g/L, THREAD from g, UPCAST from g/l/L, UNROLL from R/G, GROUP_REDUCE from R) in the
   table's direction (THREAD is the outer part, LOCAL/UPCAST/UNROLL the inner, GROUP_REDUCE either);
-  LOCAL/GROUP_REDUCE need a target with workgroups, THREAD one with CPU threads; a LOOP axis becomes
-  LOCAL or UPCAST lanes only when it is parallel (on a GPU, beyond the three grid axes). A GROUP_REDUCE
-  axis is a workgroup's threads sharing a reduction: its REDUCE axis may only accumulate,
-  acc = op(acc, v) with op ADD/MUL/MAX, and may not be nested with another GROUP_REDUCE axis; Expand
-  combines the threads' partials through LOCAL memory. LOCAL and GROUP_REDUCE axes make the
-  workgroup's dimensions (`workgroup_dims`: sibling loops of one size share one), at most 3, with
-  at most the target's workgroup size of threads.
+  LOCAL needs a target with workgroups, THREAD one with CPU threads; a LOOP axis becomes LOCAL or
+  UPCAST lanes only when it is parallel (on a GPU, beyond the three grid axes). A GROUP_REDUCE axis
+  is k workers sharing a reduction, each with a partial accumulator: its REDUCE axis may only
+  accumulate, acc = op(acc, v) with op ADD/MUL/MAX, and may not be nested with another GROUP_REDUCE
+  axis. On a GPU the workers are a workgroup's threads, whose partials Expand combines through LOCAL
+  memory; LOCAL and GROUP_REDUCE axes make the workgroup's dimensions (`workgroup_dims`: sibling
+  loops of one size share one), at most 3, with at most the target's workgroup size of threads. On a
+  CPU they are vector lanes, combined pairwise after the loop (see uopc.stages.expand.group_lanes).
+  Either way the partials change the order of the operations (a float sum's rounding), in a fixed
+  way that depends on k, not on the machine.
 - `PADTO(axis, m)`: the axis runs to the next multiple of m; the extra iterations are masked (every
   LOAD and STORE inside the axis is gated by `index < n`).
 - `SWAP(i, j)`: exchange the positions (nesting) of two axes of the same type that enclose the same
   loops (else a loop would land inside one it does not depend on and repeat for nothing).
 - `NOLOCALS`: no LOCAL axes from here on.
-- `TC(axis, ...)`: tensor cores; no target of ours has them, so it is refused.
+- `TC(axis[, tc])`: put a gemm-shaped REDUCE axis on the target's tensor cores (`uopc.stages.tensor_cores`;
+  tc picks one of the target's shapes, -1 the first that fits; seed 000's `opt` and `mode` arguments,
+  padding and emulation, are not supported). The kernel must be `out[m, n] = f(sum over k of
+  CAST(a[m, k]) * CAST(b[k, n]))` with two GLOBAL axes m, n and the REDUCE axis k, a and b of the tensor
+  core's input dtype and the sum of its accumulator dtype, M, N, K multiples of its shape. m, n and k
+  become the tiles' axes (M/16, N/8, K/16 for m16n8k16) and a WARP axis of 32 lanes (a workgroup
+  dimension, always the innermost: the lanes of one warp); each lane loads its fragments of a and b
+  and the reduction accumulates a WMMA op; the epilogue f runs once per accumulator element. TC must
+  be the first opt; after it, axes may still be split into LOCAL (more warps per workgroup) or padded,
+  but not UPCAST or UNROLLed (a WMMA is not widened). Only -t cuda has tensor cores.
 
 Without `--opts`, hand-written heuristics (`heuristic_opts`) pick the opts per target class.
 """
@@ -46,6 +58,7 @@ from typing import Any, Callable, Mapping
 from uopc.diagnostics import CompileError, Loc, error
 from uopc.dtype import AddrSpace, PtrDType, dtypes
 from uopc.ops import AxisType, Ops
+from uopc.stages.tensor_cores import CUDA_TENSOR_CORES, WARP_SIZE, TensorCore
 from uopc.symbolic import simplify
 from uopc.uop import UOp
 
@@ -103,8 +116,10 @@ def _opt(name: str, args: list[str], loc: Loc | None, col: int) -> Opt:
     if args: raise fail("takes no arguments")
     return Opt(op)
   if op is OptOp.TC:
-    if not args: raise fail("expected TC(axis, ...)")
-    return Opt(op, ints(args[:1])[0], tuple(args[1:]))
+    if len(args) == 4: raise fail("the opt and mode arguments (padding, emulation) are not supported; use TC(axis) or TC(axis, tc)")
+    if len(args) not in (1, 2): raise fail("expected TC(axis) or TC(axis, tc)")
+    axis, *choice = ints(args)
+    return Opt(op, axis, tuple(choice) or (-1,))
   if op is OptOp.SPLIT:
     if len(args) not in (3, 4) or (len(args) == 4 and args[3] != "top"):
       raise fail("expected SPLIT(axis, factor, type) or SPLIT(axis, factor, type, top)")
@@ -154,7 +169,7 @@ class TargetCaps:
   threads: bool                # THREAD axes run on the host library's worker pool
   vector_width: int            # lanes of the widest vector value Expand makes (wider ones are split)
   aligned_vectors: bool        # vector loads/stores need an offset that is a multiple of their width
-  tensor_cores: bool = False
+  tensor_cores: tuple[TensorCore, ...] = ()
   max_local: int = 256         # threads of a workgroup
 
 
@@ -166,7 +181,8 @@ def target_caps(target: str, vector_bytes: int | None = None) -> TargetCaps:
   heuristics size their register tiles by it."""
   if target == "c": return TargetCaps(target, gpu=False, threads=True, vector_width=(vector_bytes or 16) // 4, aligned_vectors=False)
   if target == "llvm": return TargetCaps(target, gpu=False, threads=True, vector_width=4, aligned_vectors=False)
-  return TargetCaps(target, gpu=True, threads=False, vector_width=4, aligned_vectors=True)
+  tensor_cores = CUDA_TENSOR_CORES if target == "cuda" else ()
+  return TargetCaps(target, gpu=True, threads=False, vector_width=4, aligned_vectors=True, tensor_cores=tensor_cores)
 
 
 # ---- axes ------------------------------------------------------------------------------------------------
@@ -254,7 +270,7 @@ def nested_with(sink: UOp) -> dict[UOp, frozenset]:
   return out
 
 
-WORKGROUP_AXES = (AxisType.LOCAL, AxisType.GROUP_REDUCE)
+WORKGROUP_AXES = (AxisType.LOCAL, AxisType.GROUP_REDUCE, AxisType.WARP)
 
 
 def workgroup_dims(sink: UOp) -> list[list[UOp]]:
@@ -403,7 +419,8 @@ class KernelSchedule:
 def apply_opt(sink: UOp, opt: Opt, caps: TargetCaps, first: bool = True, nolocals: bool = False, trace: Trace | None = None) -> UOp:
   """`sink` with `opt` applied; raises OptError when the opt is not legal here."""
   if opt.op is OptOp.TC:
-    raise OptError(f"target {caps.name} has no tensor cores" if first else "TC must be the first opt")
+    if not first: raise OptError("TC must be the first opt")
+    return _tensor_core(sink, opt, caps, trace)
   if opt.op is OptOp.NOLOCALS:
     if any(is_axis(r) and axis_type(r) is AxisType.LOCAL for r in kernel_axes(sink)): raise OptError("the kernel already has LOCAL axes")
     return sink
@@ -439,11 +456,13 @@ def _split(sink: UOp, axes: list[UOp], n: int, size: int, arg: tuple, caps: Targ
     raise OptError(f"{new_type.name} ({new_type.letter}) cannot be split from {old_type.name} ({old_type.letter}); "
                    f"only from {'/'.join(sorted(t.letter for t in SPLIT_FROM[new_type]))}")
   if top not in SPLIT_SIDE[new_type]: raise OptError(f"{new_type.name} is the {'outer' if not top else 'inner'} part of a split ({'add' if not top else 'drop'} 'top')")
-  if new_type in (AxisType.LOCAL, AxisType.GROUP_REDUCE) and not caps.gpu: raise OptError(f"{new_type.name} needs workgroups; target {caps.name} is a CPU")
+  if new_type is AxisType.LOCAL and not caps.gpu: raise OptError(f"{new_type.name} needs workgroups; target {caps.name} is a CPU")
   if new_type is AxisType.LOCAL and nolocals: raise OptError("LOCAL after NOLOCALS")
   if new_type is AxisType.THREAD and not caps.threads: raise OptError(f"target {caps.name} has no CPU threads")
   if new_type is AxisType.THREAD and any(axis_type(a) is AxisType.THREAD for a in axes): raise OptError("the kernel already has a THREAD axis")
   if new_type is AxisType.GROUP_REDUCE: _check_group_reduce(sink, axes, axes[n])
+  if new_type in (AxisType.UPCAST, AxisType.UNROLL) and any(axis_type(a) is AxisType.WARP for a in axes):
+    raise OptError(f"{new_type.name} after TC: a WMMA is not widened")
   if old_type is AxisType.LOOP and new_type in (AxisType.LOCAL, AxisType.UPCAST) and axes[n] not in parallel_axes(sink):
     raise OptError(f"axis {n} (L) is not proven parallel: its iterations may depend on each other")
   if k < 1 or size % k != 0: raise OptError(f"{k} does not divide the size {size} of axis {n}")
@@ -456,11 +475,123 @@ def _split(sink: UOp, axes: list[UOp], n: int, size: int, arg: tuple, caps: Targ
                                       inner if inner in parts else zero))
   split = replace_ranges(sink, {axes[n]: (simplify(value), parts)}, trace)
   out = renumber(split, axes[:n] + list(parts) + axes[n + 1:], trace)
-  if new_type in WORKGROUP_AXES:
+  if new_type in WORKGROUP_AXES and caps.gpu:
     dims = workgroup_dims(out)
     if len(dims) > 3: raise OptError("a workgroup has at most 3 dimensions")
     if math.prod(axis_size(d[0]) for d in dims) > caps.max_local: raise OptError(f"more than {caps.max_local} threads in a workgroup")
   return out
+
+
+# ---- TC --------------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class _Gemm:
+  """A kernel's reduction acc = acc + CAST(a[m, k]) * CAST(b[k, n]) (see TC in the module docstring)."""
+  m: UOp; n: UOp; k: UOp  # noqa: E702
+  a: UOp; b: UOp          # noqa: E702  the LOADs of a and b
+  acc: UOp                # the REG accumulator
+  init: UOp               # its initial value
+  result: UOp             # the LOAD of the finished sum
+
+
+def _gemm(sink: UOp, k: UOp) -> _Gemm:
+  """The kernel as a gemm over the REDUCE axis k, or an OptError saying what does not fit."""
+  axes = kernel_axes(sink)
+  outputs = [r for r in axes if axis_type(r) is AxisType.GLOBAL]
+  if axis_type(k) is not AxisType.REDUCE or len(outputs) != 2 or len(axes) != 3:
+    raise OptError("TC needs a kernel of two GLOBAL output axes and one REDUCE axis (a gemm), the REDUCE axis named")
+  scope = scopes(sink)
+  stores = [u for u in _memory_ops(sink) if u.op is Ops.STORE]
+  updates = [u for u in stores if k in scope[u]]
+  if len(updates) != 1 or accumulator_update(updates[0]) is not Ops.ADD:
+    raise OptError("TC needs the reduction to be one accumulator update acc = acc + v")
+  update = updates[0]
+  acc = root_buffer(update.src[0])
+  product = next(s for s in update.src[1].src if not (s.op is Ops.LOAD and root_buffer(s.src[0]) is acc))
+  def input_load(x: UOp) -> UOp | None:
+    ok = x.op is Ops.CAST and x.src[0].op is Ops.LOAD and len(x.src[0].src) == 1 and _is_global(root_buffer(x.src[0].src[0]))
+    return x.src[0] if ok else None
+  loads = [input_load(x) for x in product.src] if product.op is Ops.MUL else [None]
+  if None in loads: raise OptError("TC needs acc + CAST(LOAD a) * CAST(LOAD b), ungated loads of global buffers")
+  def outputs_of(load: UOp) -> list[UOp]: return [r for r in outputs if r in load.toposort()]
+  a, b = sorted(loads, key=lambda x: outputs_of(x) != [outputs[0]])
+  if outputs_of(a) != [outputs[0]] or outputs_of(b) != [outputs[1]] or not all(k in x.toposort() for x in (a, b)):
+    raise OptError("TC needs one operand to read along the first output axis and k, the other along the second and k")
+  inits = [u for u in stores if root_buffer(u.src[0]) is acc and u is not update]
+  results = [u for u in sink.toposort() if u.op is Ops.LOAD and root_buffer(u.src[0]) is acc and k not in scope[u] and u not in update.toposort()]
+  if len(inits) != 1 or len(results) != 1: raise OptError("TC needs the accumulator initialised once and read once after the reduction")
+  return _Gemm(outputs[0], outputs[1], k, a, b, acc, inits[0].src[1], results[0])
+
+
+def _pick_tensor_core(g: _Gemm, caps: TargetCaps, choice: int) -> TensorCore:
+  fits = [tc for tc in caps.tensor_cores if tc.input == g.a.dtype == g.b.dtype and tc.acc == g.acc.dtype.base]
+  if choice != -1:
+    if not 0 <= choice < len(caps.tensor_cores): raise OptError(f"tensor core {choice} does not exist; {caps.name} has {len(caps.tensor_cores)}")
+    if caps.tensor_cores[choice] not in fits: raise OptError(f"tensor core {choice} ({caps.tensor_cores[choice]}) does not fit these dtypes")
+    fits = [caps.tensor_cores[choice]]
+  if not fits:
+    have = ", ".join(map(str, caps.tensor_cores))
+    raise OptError(f"no tensor core for {g.a.dtype.name} x {g.b.dtype.name} -> {g.acc.dtype.base.name}; {caps.name} has {have}")
+  tc = fits[0]
+  sizes, tiles = (axis_size(g.m), axis_size(g.n), axis_size(g.k)), tc.dims
+  if not all(isinstance(s, int) and s % t == 0 for s, t in zip(sizes, tiles)):
+    raise OptError(f"{tc}: the sizes M x N x K = {' x '.join(map(str, sizes))} must be multiples of {' x '.join(map(str, tiles))}")
+  return tc
+
+
+def _substitute(root: UOp, new: Mapping[UOp, UOp]) -> UOp:
+  memo: dict[UOp, UOp] = {}
+  for u in root.toposort():
+    src = tuple(memo[s] for s in u.src)
+    memo[u] = new[u] if u in new else u if src == u.src else u.replace(src=src)
+  return memo[root]
+
+
+def _tensor_core(sink: UOp, opt: Opt, caps: TargetCaps, trace: Trace | None) -> UOp:
+  """TC (module docstring): the gemm's tiles on the grid and the reduction as WMMAs of the warp's fragments."""
+  if not caps.tensor_cores: raise OptError(f"target {caps.name} has no tensor cores")
+  axes = kernel_axes(sink)
+  g = _gemm(sink, _axis(axes, opt.axis))
+  tc = _pick_tensor_core(g, caps, opt.arg[0])
+  (tm, tn, tk), idx = tc.dims, dtypes.index
+  m, n, k = (_range(axis_size(r) // t, r.arg[0], axis_type(r)) for r, t in ((g.m, tm), (g.n, tn), (g.k, tk)))
+  lane = _range(WARP_SIZE, max(r.arg[0] for r in axes) + 1, AxisType.WARP)
+  group, pair = lane.alu(Ops.IDIV, UOp.const(idx, 4)), lane.alu(Ops.MOD, UOp.const(idx, 4)).alu(Ops.MUL, UOp.const(idx, 2))
+  def at(tile: UOp, size: int, part: UOp, offset: int) -> UOp:  # tile * size + part + offset
+    return simplify(tile.alu(Ops.MUL, UOp.const(idx, size)).alu(Ops.ADD, part).alu(Ops.ADD, UOp.const(idx, offset)))
+  def fragment(load: UOp, places) -> UOp:
+    return UOp(Ops.STACK, load.dtype.vec(len(places)), tuple(_substitute(load, dict(p)) for p in places))
+  a = fragment(g.a, [((g.m, at(m, tm, group, dm)), (g.k, at(k, tk, pair, dk))) for dm, dk in tc.a])
+  b = fragment(g.b, [((g.k, at(k, tk, pair, dk)), (g.n, at(n, tn, group, dn))) for dk, dn in tc.b])
+  vec, zero = tc.acc.vec(len(tc.c)), UOp.const(idx, 0)
+  acc = UOp(Ops.BUFFER, tc.acc.ptr(AddrSpace.REG, len(tc.c)), g.acc.src, g.acc.arg)
+  init = UOp(Ops.STORE, dtypes.void, (UOp(Ops.INDEX, acc.dtype, (UOp(Ops.AFTER, acc.dtype, (acc, m, n, lane)), zero)),
+                                      UOp(Ops.STACK, vec, (g.init,) * len(tc.c))))
+  current = UOp(Ops.LOAD, vec, (UOp(Ops.INDEX, acc.dtype, (UOp(Ops.AFTER, acc.dtype, (acc, init, k)), zero)),))
+  mma = UOp(Ops.WMMA, vec, (a, b, current), tc.arg)
+  loop = UOp(Ops.END, dtypes.void, (UOp(Ops.STORE, dtypes.void, (UOp(Ops.INDEX, acc.dtype, (acc, zero)), mma)), k))
+  total = UOp(Ops.LOAD, vec, (UOp(Ops.INDEX, acc.dtype, (UOp(Ops.AFTER, acc.dtype, (acc, loop)), zero)),))
+  # the epilogue once per accumulator element, at that element's row and column
+  ends = {u: u.src[0] for u in sink.toposort() if u.op is Ops.END and u.src[1] in (g.m, g.n)}
+  def epilogue(i: int, dm: int, dn: int) -> tuple[UOp, ...]:
+    places = {g.result: UOp(Ops.GEP, tc.acc, (total,), i), g.m: at(m, tm, group, dm), g.n: at(n, tn, pair, dn)}
+    return _substitute(_without_ends(sink, ends), places).src
+  body = UOp(Ops.GROUP, dtypes.void, tuple(s for i, (dm, dn) in enumerate(tc.c) for s in epilogue(i, dm, dn)))
+  for r in (lane, n, m): body = UOp(Ops.END, dtypes.void, (body, r))
+  out = UOp(Ops.SINK, dtypes.void, (body,))
+  if {g.m, g.n, g.k} & set(out.toposort()): raise OptError("TC could not move every use of the gemm's axes onto its tiles")
+  note(trace, sink, out)
+  return out
+
+
+def _without_ends(sink: UOp, ends: Mapping[UOp, UOp]) -> UOp:
+  """sink with the ENDs in `ends` replaced by their bodies (the loops they close are rebuilt around)."""
+  memo: dict[UOp, UOp] = {}
+  for u in sink.toposort():
+    src = tuple(memo[s] for s in u.src)
+    memo[u] = memo[ends[u]] if u in ends else u if src == u.src else u.replace(src=src)
+  return memo[sink]
 
 
 def _check_group_reduce(sink: UOp, axes: list[UOp], r: UOp) -> None:
@@ -678,13 +809,26 @@ GROUP_SIZES = (256, 128, 64, 32)  # its threads: the first that divides the axes
 GROUP_UNROLL = 4                  # consecutive elements a thread reads at once (one 16-byte load of f32) where they divide
 
 
+TC_WARPS = ((1, (4, 2)), (0, (2,)))  # (tile axis after TC, LOCAL factors to try): warps per workgroup along n, then m
+
+
+def _tensor_core_heuristics(plan: _Planner) -> bool:
+  """TC on the kernel's one REDUCE axis where it fits (a half-precision gemm), with up to 8 warps per
+  workgroup: those beside each other along n read the same fragments of a, from L1."""
+  reduces = plan.axes(AxisType.REDUCE)
+  if not plan.caps.tensor_cores or len(reduces) != 1 or not plan.apply(Opt(OptOp.TC, reduces[0], (-1,))): return False
+  for axis, factors in TC_WARPS: plan.split_by_first(axis, factors, AxisType.LOCAL)
+  return True
+
+
 def _gpu_heuristics(plan: _Planner) -> None:
-  """A long reduction (GROUP_MIN or more) that no output axis reads contiguously (a row sum: one
+  """A gemm of half-precision inputs goes on the tensor cores (`_tensor_core_heuristics`). A long reduction (GROUP_MIN or more) that no output axis reads contiguously (a row sum: one
   thread per row reads its row with a stride) is shared by a workgroup (GROUP_REDUCE), whose threads
   read consecutive runs of GROUP_UNROLL elements; the output elements go on the grid. Its sibling reductions (a fused
   softmax's max and sum) are shared by the same threads, as are its sibling output loops (softmax's
   division), 4-wide vectors per thread. Otherwise a workgroup along the contiguous output axis
   (LOCAL) and 4-wide vectors per thread (UPCAST)."""
+  if _tensor_core_heuristics(plan): return
   if threads := _group_reduce(plan):
     for i in reversed(plan.axes(AxisType.LOOP)):
       plan.split_by_first(i, (4,), AxisType.UPCAST)

@@ -47,6 +47,7 @@ import numpy as np
 from uopc.diagnostics import CompileError, Diagnostic, Loc, error
 from uopc.dtype import AddrSpace, DType, PtrDType, dtypes
 from uopc.ops import GroupOp, Ops
+from uopc.stages.tensor_cores import CUDA_TENSOR_CORES, by_arg
 from uopc.targets import param_name
 from uopc.targets.geometry import Geometry, idx_local_size, workgroup_geometry
 from uopc.targets.c.render import KernelParam, RenderedKernel
@@ -595,11 +596,27 @@ def _approx(k: _Kernel, op: Ops, dt: DType, xs: tuple[str, ...]) -> str:
   return res if dt is f32 else k.op1("cvt.f64.f32", dt, res)
 
 
+def _wmma(k: _Kernel, u: UOp) -> None:
+  """mma.sync of the tensor core the arg names: the half-precision fragments go in pairs per 32-bit register."""
+  tc = by_arg(u.arg)
+  if tc is None: raise k.fail(u, f"WMMA {u.arg!r}: no such tensor core (PTX has {', '.join(str(t.arg) for t in CUDA_TENSOR_CORES)})")
+  a, b, c = (k.lanes(s) for s in u.src)
+  if (len(a), len(b), len(c)) != (len(tc.a), len(tc.b), len(tc.c)) or u.src[0].dtype.scalar != tc.input:
+    raise k.fail(u, f"WMMA {tc}: fragments of {len(tc.a)}, {len(tc.b)} and {len(tc.c)} elements expected")
+  def pairs(regs: tuple[str, ...]) -> list[str]:
+    return [k.op1("mov.b32", dtypes.uint32, f"{{{lo}, {hi}}}") for lo, hi in zip(regs[::2], regs[1::2])]
+  d = [k.new(tc.acc) for _ in c]
+  def group(regs) -> str: return "{" + ", ".join(regs) + "}"
+  types = f"{_float_t(tc.acc)}.{_float_t(tc.input)}.{_float_t(tc.input)}.{_float_t(tc.acc)}"
+  k.emit(f"mma.sync.aligned.{tc.name}.row.col.{types} {group(d)}, {group(pairs(a))}, {group(pairs(b))}, {group(c)}")
+  k.set_lanes(u, d)
+
+
 _RENDERERS: dict[Ops, Callable[[_Kernel, UOp], None]] = {
   Ops.PARAM: _param, Ops.DEFINE_VAR: _define_var, Ops.CONST: _const, Ops.BUFFER: _buffer, Ops.SPECIAL: _special,
   Ops.RANGE: _range, Ops.END: _close, Ops.IF: _if, Ops.ENDIF: _close, Ops.BARRIER: _barrier, Ops.AFTER: _after,
   Ops.INDEX: _index, Ops.LOAD: _load, Ops.STORE: _store, Ops.ATOMICADD: _atomic_add, Ops.STACK: _stack, Ops.GEP: _gep,
-  Ops.BITCAST: _bitcast, Ops.CAST: _cast, **{op: _alu for op in GroupOp.ALU - _ISEL_LOWERS},
+  Ops.BITCAST: _bitcast, Ops.CAST: _cast, Ops.WMMA: _wmma, **{op: _alu for op in GroupOp.ALU - _ISEL_LOWERS},
   **{op: lambda k, u: None for op in _NO_CODE},
 }
 

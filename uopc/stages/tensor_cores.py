@@ -1,0 +1,55 @@
+"""Tensor cores: the warp-wide matrix multiply-accumulates a target has, and how a warp holds their operands.
+
+A `TensorCore` computes D = A @ B + C for an M x K matrix A, a K x N matrix B and an M x N accumulator
+C/D, spread over the 32 lanes of a warp: each lane holds a few elements of every operand (its
+*fragment*). Optimize's TC opt (uopc/stages/optimize.py) builds the fragments from the kernel's loads,
+the WMMA op (arg: `TensorCore.arg`) does the multiply-accumulate, the renderer emits the instruction and
+the emulator (uopc/emulator.py) computes it from the same layout. One table serves all three.
+
+Layout of lane `l` (g = l // 4, t = l % 4, as PTX's mma.sync m16n8k16 defines it): element i of a
+fragment sits at (g + offset, 2t + offset) of its matrix, the offsets in the `a`, `b`, `c` tables:
+A (16 x 16, row major): (row g + a[i][0], column 2t + a[i][1]), i < 8;
+B (16 x 8): (row 2t + b[j][0], column g + b[j][1]), j < 4;
+C and D (16 x 8): (row g + c[n][0], column 2t + c[n][1]), n < 4.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from uopc.dtype import DType, dtypes
+
+WARP_SIZE = 32
+
+
+@dataclass(frozen=True)
+class TensorCore:
+  name: str                    # the instruction shape, as PTX names it
+  dims: tuple[int, int, int]   # M, N, K
+  input: DType                 # A's and B's elements
+  acc: DType                   # C's and D's elements
+  a: tuple[tuple[int, int], ...]  # fragment offsets, see the module docstring
+  b: tuple[tuple[int, int], ...]
+  c: tuple[tuple[int, int], ...]
+
+  @property
+  def arg(self) -> tuple[str, str, str]:
+    """The WMMA op's arg: (shape, input dtype, accumulator dtype)."""
+    return (self.name, self.input.name, self.acc.name)
+
+  def __str__(self) -> str: return f"{self.name} {self.input.name}->{self.acc.name}"
+
+
+def _m16n8k16(input_dt: DType) -> TensorCore:
+  return TensorCore("m16n8k16", (16, 8, 16), input_dt, dtypes.float32,
+                    a=tuple((8 * ((i >> 1) & 1), (i & 1) + 8 * (i >> 2)) for i in range(8)),
+                    b=tuple(((j & 1) + 8 * (j >> 1), 0) for j in range(4)),
+                    c=tuple((8 * (n >> 1), n & 1) for n in range(4)))
+
+
+# mma.sync.aligned.m16n8k16 with float32 accumulation: sm_80 and later (the PTX target's oldest arch)
+CUDA_TENSOR_CORES = (_m16n8k16(dtypes.float16), _m16n8k16(dtypes.bfloat16))
+
+
+def by_arg(arg: tuple) -> TensorCore | None:
+  """The tensor core a WMMA's arg names (None for an arg no target has)."""
+  return next((tc for tc in CUDA_TENSOR_CORES if tc.arg == tuple(arg)), None)
