@@ -7,9 +7,11 @@ Hand-written kernel-level programs (SPECIALs, no Optimize):
 - gemm 4096 x 4096 x 4096 in float32 and float16 (float32 accumulation), one thread per output on
   16 x 16 blocks, vs torch.matmul.
 Tensor programs of tests/bench/workloads.py built by `uopc build -t cuda` (the whole pipeline, with
-Optimize's GPU heuristics): add 256M, softmax and layernorm 4096x4096 (one fused kernel each; softmax
-also with --fast-math), gemm 2048; each with torch's time and rate for the same computation. Each time
-is the median of several runs between CUDA events; what cannot run is printed as skipped.
+Optimize's GPU heuristics): add 256M, softmax and layernorm 4096x4096 (one fused kernel each), gemm
+2048, and gemm 4096 of float16 inputs with float32 sums (on the tensor cores, TC); each with torch's
+time and rate for the same computation, and bandwidths also as a share of the measured copy bandwidth
+and of the peak the driver reports (memory clock x bus width). Each time is the median of several
+runs between CUDA events; what cannot run is printed as skipped.
 """
 from __future__ import annotations
 
@@ -131,7 +133,17 @@ def torch_ms(fn) -> float | None:
   return float(np.median(times))
 
 
-def bench_add(gpu: Driver, timer: Timer, out_dir: pathlib.Path) -> None:
+def peak_gbs(gpu: Driver) -> float:
+  """DRAM bandwidth from the driver's memory clock (kHz) and bus width (bits), double data rate."""
+  clock_khz, bus_bits, dev = ctypes.c_int(), ctypes.c_int(), ctypes.c_int()
+  gpu.check(gpu.cu.cuDeviceGet(ctypes.byref(dev), 0), "cuDeviceGet")
+  gpu.check(gpu.cu.cuDeviceGetAttribute(ctypes.byref(clock_khz), 36, dev), "cuDeviceGetAttribute(MEMORY_CLOCK_RATE)")
+  gpu.check(gpu.cu.cuDeviceGetAttribute(ctypes.byref(bus_bits), 37, dev), "cuDeviceGetAttribute(GLOBAL_MEMORY_BUS_WIDTH)")
+  return 2 * clock_khz.value * 1e3 * bus_bits.value / 8 / 1e9
+
+
+def bench_add(gpu: Driver, timer: Timer, out_dir: pathlib.Path) -> float:
+  """The hand-written add; returns the measured device-to-device copy bandwidth in GB/s."""
   n = 256 << 20
   a, b = np.random.default_rng(0).standard_normal((2, n), dtype=np.float32)
   run, result = entry_runner(gpu, out_dir, "add", add_kernel(n), [np.zeros(n, np.float32), a, b])
@@ -141,6 +153,7 @@ def bench_add(gpu: Driver, timer: Timer, out_dir: pathlib.Path) -> None:
   copy_ms = timer.median_ms(lambda: gpu.cu.cuMemcpyDtoD_v2(ctypes.c_uint64(dst), ctypes.c_uint64(src), ctypes.c_size_t(4 * n)))
   add_gbs, copy_gbs = 3 * 4 * n / ms / 1e6, 2 * 4 * n / copy_ms / 1e6
   print(f"add 256M f32:       {ms:8.3f} ms  {add_gbs:7.1f} GB/s  ({add_gbs / copy_gbs:.0%} of the {copy_gbs:.1f} GB/s cuMemcpyDtoD)")
+  return copy_gbs
 
 
 def bench_softmax(gpu: Driver, timer: Timer, out_dir: pathlib.Path) -> None:
@@ -178,16 +191,17 @@ def bench_gemm(gpu: Driver, timer: Timer, out_dir: pathlib.Path, dt: DType) -> N
 
 
 def bench_tensor_program(gpu: Driver, timer: Timer, out_dir: pathlib.Path, w, torch_fn, rng: np.random.Generator,
-                         fast_math: bool = False) -> None:
-  """A workload of tests/bench/workloads.py as users write it (a tensor program), built by `uopc build -t cuda`
-  (with --fast-math when asked): Rangeify, Optimize's GPU heuristics (grid, workgroups, GROUP_REDUCE),
-  Expand, isel, PTX. Checked against the float64 reference before it is timed; torch runs the same computation."""
+                         bandwidths: dict[str, float]) -> None:
+  """A workload of tests/bench/workloads.py as users write it (a tensor program), built by `uopc build -t cuda`:
+  Rangeify, Optimize's GPU heuristics (grid, workgroups, GROUP_REDUCE), Expand, isel, PTX. Checked against
+  the float64 reference before it is timed; torch runs the same computation. GB/s rates are also given as
+  shares of `bandwidths` (name: GB/s)."""
   from uopc.driver import BuildOptions, build
   f, inputs = w.program, w.inputs(rng)
-  work = out_dir / f"tp_{f.name}_{abs(hash(w.name))}{'_fast' if fast_math else ''}"
+  work = out_dir / f"tp_{f.name}_{abs(hash(w.name))}"
   work.mkdir(parents=True)
   (work / f"{f.name}.uop").write_text(f.text())
-  lib = ctypes.CDLL(str(next(p for p in build(work / f"{f.name}.uop", BuildOptions(target="cuda", out_dir=work, fast_math=fast_math)) if p.suffix == ".so")))
+  lib = ctypes.CDLL(str(next(p for p in build(work / f"{f.name}.uop", BuildOptions(target="cuda", out_dir=work)) if p.suffix == ".so")))
   out_arg = next(a for a in f.args if a[3])
   out = np.zeros(out_arg[1], np.float32)
   it = iter(np.ascontiguousarray(x) for x in inputs)
@@ -203,8 +217,8 @@ def bench_tensor_program(gpu: Driver, timer: Timer, out_dir: pathlib.Path, w, to
   ref = torch_ms(lambda torch: torch_fn(torch, *[_torch_tensor(torch, x) for x in inputs]))
   rate = w.work / ms / 1e6  # bytes or flops per ms / 1e6 = GB/s or GFLOP/s
   vs = f"  torch {ref:.3f} ms {w.work / ref / 1e6:9.1f} {w.unit} ({ref / ms:.0%} of torch's speed)" if ref else "  (torch not installed)"
-  label = f"{w.name} (tensor program{', --fast-math' if fast_math else ''})"
-  print(f"{label:48s} {ms:8.3f} ms {rate:9.1f} {w.unit}{vs}")
+  shares = "".join(f", {rate / gbs:.0%} of {name}" for name, gbs in bandwidths.items()) if w.unit == "GB/s" else ""
+  print(f"{w.name + ' (tensor program)':34s} {ms:8.3f} ms {rate:9.1f} {w.unit}{vs}{shares}")
 
 
 def main() -> None:
@@ -215,19 +229,19 @@ def main() -> None:
     return
   timer = Timer(gpu)
   out_dir = pathlib.Path(tempfile.mkdtemp(prefix="uopc_bench_cuda_"))
-  bench_add(gpu, timer, out_dir)
+  bandwidths = {"copy": bench_add(gpu, timer, out_dir), "peak": peak_gbs(gpu)}
+  print(f"DRAM peak from the driver (memory clock x bus width): {bandwidths['peak']:.1f} GB/s")
   bench_softmax(gpu, timer, out_dir)
   for dt in (dtypes.float32, dtypes.float16): bench_gemm(gpu, timer, out_dir, dt)
-  from bench.workloads import LN_EPS, elementwise, gemms, rows
+  from bench.workloads import LN_EPS, elementwise, gemms, half_gemm, rows
   rng = np.random.default_rng(3)
   softmax, layernorm = rows(4096, 4096)
-  with_torch = [(elementwise(256 << 20)[0], lambda t, x, y: x + y, False), (softmax, lambda t, x: t.softmax(x, 1), False),
-                (softmax, lambda t, x: t.softmax(x, 1), True),  # ex2.approx instead of the accurate EXP2 decomposition
-                (layernorm, lambda t, x, g, b: t.nn.functional.layer_norm(x, (x.shape[1],), g, b, LN_EPS), False),
-                (gemms([2048])[0], lambda t, a, b: a @ b, False)]
-  for w, torch_fn, fast_math in with_torch:
+  with_torch = [(elementwise(256 << 20)[0], lambda t, x, y: x + y), (softmax, lambda t, x: t.softmax(x, 1)),
+                (layernorm, lambda t, x, g, b: t.nn.functional.layer_norm(x, (x.shape[1],), g, b, LN_EPS)),
+                (gemms([2048])[0], lambda t, a, b: a @ b), (half_gemm(4096), lambda t, a, b: a @ b)]
+  for w, torch_fn in with_torch:
     try:
-      bench_tensor_program(gpu, timer, out_dir, w, torch_fn, rng, fast_math)
+      bench_tensor_program(gpu, timer, out_dir, w, torch_fn, rng, bandwidths)
     except Exception as e:  # noqa: BLE001 - one failing workload must not hide the others' numbers
       print(f"{w.name} (tensor program): FAILED: {type(e).__name__}: {str(e)[:300]}")
 

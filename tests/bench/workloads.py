@@ -158,6 +158,17 @@ def gemms(sizes) -> list[Workload]:
                    lambda a, b: a @ b, lambda a, b: a @ b, 2 * s ** 3, "GFLOP/s") for s in sizes]
 
 
+def half_gemm(s: int) -> Workload:
+  """C = float(A) @ float(B) for float16 A and B (float32 sums): the GPU bench's tensor-core gemm."""
+  f = Func("hgemm")
+  a, b, c = f.param("a", (s, s), "f16"), f.param("b", (s, s), "f16"), f.param("c", (s, s), out=True)
+  f.store(c, f.matmul(f.cast(a, "f32"), f.cast(b, "f32"), s, s, s))
+  def inputs(rng): return [x.astype(np.float16) for x in normal((s, s), (s, s))(rng)]
+  return Workload("gemm", f"gemm {s} f16", f, inputs, lambda a, b: np.matmul(*f64(a, b)),
+                  lambda a, b: Tolerance(atol=gamma(s) * np.matmul(*f64(np.abs(a), np.abs(b)))),
+                  lambda a, b: np.matmul(a.astype(np.float32), b.astype(np.float32)), lambda a, b: a.float() @ b.float(), 2 * s ** 3, "GFLOP/s")
+
+
 def convolutions(c: int, hw: int, o: int) -> list[Workload]:
   flops = 2 * o * c * 9 * hw * hw
   return [Workload("conv", f"conv3x3 {c}x{hw}x{hw}->{o}", conv2d(c, hw, hw, o, 3, 3, 1),
