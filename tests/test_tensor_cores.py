@@ -21,6 +21,7 @@ from test_tensor_programs import Func
 from uopc.diagnostics import CompileError
 from uopc.driver import BuildOptions, build
 from uopc.frontend import load_module
+from uopc.ops import Ops
 from uopc.pipeline import compile_module
 from uopc.stages.optimize import apply_opts, format_axes, heuristic_opts, parse_opts
 
@@ -59,10 +60,11 @@ def _kernel(f: Func, caps=GPU):
 
 
 def test_heuristics_put_half_precision_gemms_on_tensor_cores():
-  opts = heuristic_opts(_kernel(gemm_relu(64, 32, 64, "f16")), GPU)
+  opts = heuristic_opts(_kernel(gemm_relu(256, 32, 256, "f16")), GPU)
   assert str(opts[0]) == "TC(2,-1)"
-  sink = apply_opts(_kernel(gemm_relu(64, 32, 64, "f16")), opts, GPU, "k")
-  assert format_axes(sink) == "g2 l2 g2 l4 R2 w32"  # 16 x 8 tiles, 2 x 4 warps per workgroup, K in steps of 16
+  sink = apply_opts(_kernel(gemm_relu(256, 32, 256, "f16")), opts, GPU, "k")
+  assert format_axes(sink) == "g4 l2 g2 l4 R2 w32"  # 32 x 32 per warp (2 x 4 tiles of 16 x 8), 2 x 4 warps per workgroup, K by 16
+  assert sum(u.op is Ops.WMMA for u in sink.toposort()) == 8
   assert "TC" not in ",".join(map(str, heuristic_opts(_kernel(gemm_relu(64, 32, 64, "f32")), GPU)))
   assert "TC" not in ",".join(map(str, heuristic_opts(_kernel(gemm_relu(64, 32, 64, "f16"), C), C)))
 
@@ -94,8 +96,8 @@ def test_tc_arguments_parse(text, message):
 
 @pytest.mark.parametrize("dtype", ["f16", "bf16"])
 @pytest.mark.parametrize("opts", [None, "TC(2)", "TC(2),SPLIT(0,2,l),PADTO(1,8)"], ids=["heuristics", "tc-only", "tc-local-padto"])
-def test_emulated_tensor_core_gemms_match_numpy(tmp_path, monkeypatch, dtype, opts):
-  m, k, n = 32, 48, 40
+@pytest.mark.parametrize("m, k, n", [(64, 48, 96), (32, 32, 40)], ids=["warp-tile-2x4", "warp-tile-1x1"])
+def test_emulated_tensor_core_gemms_match_numpy(tmp_path, monkeypatch, dtype, opts, m, k, n):
   x = inputs(m, k, n, dtype)
   got = emulated(tmp_path, monkeypatch, gemm_relu(m, k, n, dtype), x, opts)["out"]
   assert_gemm_relu(got, x)

@@ -38,10 +38,12 @@ OptOps (seed 000's table), composed left to right, each checked before it applie
   tc picks one of the target's shapes, -1 the first that fits; seed 000's `opt` and `mode` arguments,
   padding and emulation, are not supported). The kernel must be `out[m, n] = f(sum over k of
   CAST(a[m, k]) * CAST(b[k, n]))` with two GLOBAL axes m, n and the REDUCE axis k, a and b of the tensor
-  core's input dtype and the sum of its accumulator dtype, M, N, K multiples of its shape. m, n and k
-  become the tiles' axes (M/16, N/8, K/16 for m16n8k16) and a WARP axis of 32 lanes (a workgroup
-  dimension, always the innermost: the lanes of one warp); each lane loads its fragments of a and b
-  and the reduction accumulates a WMMA op; the epilogue f runs once per accumulator element. TC must
+  core's input dtype and the sum of its accumulator dtype, M, N, K multiples of its shape. m and n
+  become the axes of the warps' tiles (each warp computes up to 2 x 4 of the tensor core's tiles:
+  M/32 x N/32 warps for m16n8k16 where that divides), k steps by the tensor core's K, and a WARP axis
+  of 32 lanes joins them (a workgroup dimension, always the innermost: the lanes of one warp); each
+  lane loads its fragments of a and b and the reduction accumulates WMMA ops; the epilogue f runs
+  once per accumulator element. TC must
   be the first opt; after it, axes may still be split into LOCAL (more warps per workgroup) or padded,
   but not UPCAST or UNROLLed (a WMMA is not widened). Only -t cuda has tensor cores.
 
@@ -548,38 +550,51 @@ def _substitute(root: UOp, new: Mapping[UOp, UOp]) -> UOp:
   return memo[root]
 
 
+TC_WARP_TILES = ((2, 4), (2, 2), (1, 2), (1, 1))  # tensor-core tiles per warp (along m, n): the first that divides
+
+
 def _tensor_core(sink: UOp, opt: Opt, caps: TargetCaps, trace: Trace | None) -> UOp:
-  """TC (module docstring): the gemm's tiles on the grid and the reduction as WMMAs of the warp's fragments."""
+  """TC (module docstring): the gemm's warp tiles on the grid and the reduction as WMMAs of the warp's
+  fragments. A warp computes up to 2 x 4 tensor-core tiles (TC_WARP_TILES), so that each fragment of a
+  it loads serves 4 WMMAs and each of b serves 2."""
   if not caps.tensor_cores: raise OptError(f"target {caps.name} has no tensor cores")
   axes = kernel_axes(sink)
   g = _gemm(sink, _axis(axes, opt.axis))
   tc = _pick_tensor_core(g, caps, opt.arg[0])
   (tm, tn, tk), idx = tc.dims, dtypes.index
-  m, n, k = (_range(axis_size(r) // t, r.arg[0], axis_type(r)) for r, t in ((g.m, tm), (g.n, tn), (g.k, tk)))
+  wm, wn = next((a, b) for a, b in TC_WARP_TILES if axis_size(g.m) % (tm * a) == 0 and axis_size(g.n) % (tn * b) == 0)
+  m, n, k = (_range(axis_size(r) // t, r.arg[0], axis_type(r)) for r, t in ((g.m, tm * wm), (g.n, tn * wn), (g.k, tk)))
   lane = _range(WARP_SIZE, max(r.arg[0] for r in axes) + 1, AxisType.WARP)
   group, pair = lane.alu(Ops.IDIV, UOp.const(idx, 4)), lane.alu(Ops.MOD, UOp.const(idx, 4)).alu(Ops.MUL, UOp.const(idx, 2))
   def at(tile: UOp, size: int, part: UOp, offset: int) -> UOp:  # tile * size + part + offset
     return simplify(tile.alu(Ops.MUL, UOp.const(idx, size)).alu(Ops.ADD, part).alu(Ops.ADD, UOp.const(idx, offset)))
+  def row(i: int, dm: int) -> UOp: return at(m, tm * wm, group, tm * i + dm)
   def fragment(load: UOp, places) -> UOp:
     return UOp(Ops.STACK, load.dtype.vec(len(places)), tuple(_substitute(load, dict(p)) for p in places))
-  a = fragment(g.a, [((g.m, at(m, tm, group, dm)), (g.k, at(k, tk, pair, dk))) for dm, dk in tc.a])
-  b = fragment(g.b, [((g.k, at(k, tk, pair, dk)), (g.n, at(n, tn, group, dn))) for dk, dn in tc.b])
-  vec, zero = tc.acc.vec(len(tc.c)), UOp.const(idx, 0)
-  acc = UOp(Ops.BUFFER, tc.acc.ptr(AddrSpace.REG, len(tc.c)), g.acc.src, g.acc.arg)
-  init = UOp(Ops.STORE, dtypes.void, (UOp(Ops.INDEX, acc.dtype, (UOp(Ops.AFTER, acc.dtype, (acc, m, n, lane)), zero)),
-                                      UOp(Ops.STACK, vec, (g.init,) * len(tc.c))))
-  current = UOp(Ops.LOAD, vec, (UOp(Ops.INDEX, acc.dtype, (UOp(Ops.AFTER, acc.dtype, (acc, init, k)), zero)),))
-  mma = UOp(Ops.WMMA, vec, (a, b, current), tc.arg)
-  loop = UOp(Ops.END, dtypes.void, (UOp(Ops.STORE, dtypes.void, (UOp(Ops.INDEX, acc.dtype, (acc, zero)), mma)), k))
-  total = UOp(Ops.LOAD, vec, (UOp(Ops.INDEX, acc.dtype, (UOp(Ops.AFTER, acc.dtype, (acc, loop)), zero)),))
+  a = [fragment(g.a, [((g.m, row(i, dm)), (g.k, at(k, tk, pair, dk))) for dm, dk in tc.a]) for i in range(wm)]
+  b = [fragment(g.b, [((g.k, at(k, tk, pair, dk)), (g.n, at(n, tn * wn, group, tn * j + dn))) for dk, dn in tc.b]) for j in range(wn)]
+  tiles = [(i, j) for i in range(wm) for j in range(wn)]
+  c, vec = len(tc.c), tc.acc.vec(len(tc.c))
+  acc = UOp(Ops.BUFFER, tc.acc.ptr(AddrSpace.REG, c * len(tiles)), g.acc.src, g.acc.arg)
+  def tile_of(buf: UOp, t: int) -> UOp: return UOp(Ops.INDEX, acc.dtype, (buf, UOp.const(idx, c * t)))
+  init = UOp(Ops.GROUP, dtypes.void, tuple(UOp(Ops.STORE, dtypes.void, (tile_of(UOp(Ops.AFTER, acc.dtype, (acc, m, n, lane)), t),
+                                                                          UOp(Ops.STACK, vec, (g.init,) * c))) for t in range(len(tiles))))
+  inside = UOp(Ops.AFTER, acc.dtype, (acc, init, k))
+  mmas = [UOp(Ops.WMMA, vec, (a[i], b[j], UOp(Ops.LOAD, vec, (tile_of(inside, t),))), tc.arg) for t, (i, j) in enumerate(tiles)]
+  loop = UOp(Ops.END, dtypes.void, (UOp(Ops.GROUP, dtypes.void, tuple(UOp(Ops.STORE, dtypes.void, (tile_of(acc, t), x))
+                                                                      for t, x in enumerate(mmas))), k))
+  done = UOp(Ops.AFTER, acc.dtype, (acc, loop))
   # the epilogue once per accumulator element, at that element's row and column
   ends = {u: u.src[0] for u in sink.toposort() if u.op is Ops.END and u.src[1] in (g.m, g.n)}
-  def epilogue(i: int, dm: int, dn: int) -> tuple[UOp, ...]:
-    places = {g.result: UOp(Ops.GEP, tc.acc, (total,), i), g.m: at(m, tm, group, dm), g.n: at(n, tn, pair, dn)}
-    return _substitute(_without_ends(sink, ends), places).src
-  body = UOp(Ops.GROUP, dtypes.void, tuple(s for i, (dm, dn) in enumerate(tc.c) for s in epilogue(i, dm, dn)))
-  for r in (lane, n, m): body = UOp(Ops.END, dtypes.void, (body, r))
-  out = UOp(Ops.SINK, dtypes.void, (body,))
+  body = _without_ends(sink, ends)
+  def epilogue(t: int, e: int) -> tuple[UOp, ...]:
+    (i, j), (dm, dn) = tiles[t], tc.c[e]
+    total = UOp(Ops.LOAD, vec, (tile_of(done, t),))
+    places = {g.result: UOp(Ops.GEP, tc.acc, (total,), e), g.m: row(i, dm), g.n: at(n, tn * wn, pair, tn * j + dn)}
+    return _substitute(body, places).src
+  out = UOp(Ops.GROUP, dtypes.void, tuple(x for t in range(len(tiles)) for e in range(c) for x in epilogue(t, e)))
+  for r in (lane, n, m): out = UOp(Ops.END, dtypes.void, (out, r))
+  out = UOp(Ops.SINK, dtypes.void, (out,))
   if {g.m, g.n, g.k} & set(out.toposort()): raise OptError("TC could not move every use of the gemm's axes onto its tiles")
   note(trace, sink, out)
   return out
