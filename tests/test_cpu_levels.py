@@ -16,7 +16,9 @@ import pytest
 from click.testing import CliRunner
 
 from c_harness import Call, compile_c, have, run_calls
+from test_group_reduce import row_reduce
 from test_optimize import LIB, elementwise, equivalence_programs, kernels_of, program, random_inputs, reduction, run_func
+from test_partials import total
 from test_tensor_programs import conv2d, gemm, softmax
 from uopc.cli import cli
 from uopc.driver import CPU_LEVELS, BuildOptions, build, cpu_flags, cpu_vector_bytes
@@ -92,8 +94,10 @@ def test_register_tiles_follow_the_vector_width():
   assert _opts(g, 32) == ["SPLIT(1,16,u),SPLIT(0,8,u),SPLIT(4,2,r),SWAP(0,2),SPLIT(0,32,t,top)"]  # AVX2: 2 x 8 lanes
   assert _opts(g, 64) == ["SPLIT(1,32,u),SPLIT(0,8,u),SPLIT(4,2,r),SWAP(0,2),SPLIT(0,32,t,top)"]  # AVX-512: 2 x 16 lanes
   assert _opts(elementwise(64, 256), 64)[0].startswith("SPLIT(1,32,u)")
-  # a row sum's output axis reads its rows with a stride: 8 rows at a time, whatever the width
-  assert _opts(reduction(4096, 4096, "ADD", 1), 64)[0].startswith("SPLIT(0,8,u)")
+  # a row sum's output axis reads its rows with a stride: 8 rows at a time, whatever the width; a long
+  # row gets 32 partial sums instead, whatever the width too (tests/test_partials.py)
+  assert _opts(reduction(4096, 512, "ADD", 1), 64)[0].startswith("SPLIT(0,8,u)")
+  assert _opts(reduction(4096, 4096, "ADD", 1), 64)[0].startswith("SPLIT(1,32,G)")
   # a padded 3x3 convolution: 8 columns (56 is no multiple of 16) by as many output channels as fill
   # 16 registers, not its rows (their border-gated loads would be gathered lane by lane), and no swap
   c = conv2d(64, 56, 56, 64, 3, 3, 1)
@@ -111,9 +115,10 @@ def _build(tmp_path: Path, text: str, tag: str, cpu: str, cc: str = "cc", cflags
   return out
 
 
-# programs of distinct entry names per library: odd sizes (no tile divides them), tiles, THREAD axes
+# programs of distinct entry names per library: odd sizes (no tile divides them), tiles, THREAD axes,
+# long reductions split into partials
 CHUNKS = [equivalence_programs(64, 48, 32), equivalence_programs(5, 7, 9),
-          [gemm(96, 64, 160), softmax(40, 96), elementwise(33, 200), conv2d(5, 9, 24, 64, 3, 3, 1)]]
+          [gemm(96, 64, 160), softmax(40, 96), elementwise(33, 200), conv2d(5, 9, 24, 64, 3, 3, 1), total(4096), row_reduce(3, 2048, "ADD")]]
 
 
 @pytest.mark.parametrize("cc", [c for c in ("gcc", "clang") if have(c)])

@@ -17,6 +17,10 @@
    order the loop would have run them, so the result is bit for bit the unexpanded one.
 5. GPU targets: GLOBAL and LOCAL axes become SPECIAL gidx<n>/lidx<n> (n = 0 innermost); on CPUs
    they stay loops. THREAD axes stay RANGEs: the C target runs them on its worker pool.
+
+A GROUP_REDUCE axis is a reduction shared by k workers, each accumulating a partial that is combined
+with the others' after the loop: on a GPU the workers are a workgroup's threads (`group_reduce`), on
+a CPU they are vector lanes (`group_lanes`).
 """
 from __future__ import annotations
 
@@ -48,7 +52,7 @@ def expand(schedule: KernelSchedule, relocate: Callable[[UOp, UOp], None] = lamb
   `relocate(old, new)` hands each replaced node's source location to its replacement."""
   sink, caps, trace = schedule.sink, schedule.caps, []
   if any(_expanded(r) for r in kernel_axes(sink)): sink = replicate_accumulators(sink, trace)
-  sink = group_reduce(sink, trace)
+  sink = group_reduce(sink, trace) if caps.gpu else group_lanes(sink, trace)
   if any(_expanded(r) for r in kernel_axes(sink)): sink = _Expander(sink, caps, trace).run()
   if caps.gpu: sink = launch_axes(sink, trace)
   for old, new in trace: relocate(old, new)
@@ -140,9 +144,11 @@ class _Names:
     self.slot += 1
     return UOp(Ops.BUFFER, dt, (), (self.slot - 1, f"{name}{self.slot - 1}"))
 
-  def reduce_axis(self, size: int) -> UOp:
+  def reduce_axis(self, size: int) -> UOp: return self.new_axis(size, AxisType.REDUCE)
+
+  def new_axis(self, size: int, t: AxisType) -> UOp:
     self.axis += 1
-    return UOp(Ops.RANGE, dtypes.index, (_idx(size),), (self.axis - 1, AxisType.REDUCE))
+    return UOp(Ops.RANGE, dtypes.index, (_idx(size),), (self.axis - 1, t))
 
 
 def _fold(acc: PtrDType, off: UOp, op: Ops, dt, values: Callable[[UOp], UOp], n: int, names: _Names) -> tuple[UOp, UOp]:
@@ -192,6 +198,64 @@ def _combine(partial: UOp, op: Ops, lid: UOp, names: _Names) -> UOp:
 
 
 def _is_global(buf: UOp) -> bool: return isinstance(buf.dtype, PtrDType) and buf.dtype.addrspace is AddrSpace.GLOBAL
+
+
+# ---- group reductions on CPUs: vector lanes -------------------------------------------------------------
+
+
+def group_lanes(sink: UOp, trace: Trace | None = None) -> UOp:
+  """Each GROUP_REDUCE axis g of size k (Optimize checks that all it does is acc = op(acc, v) into REG
+  accumulators) becomes an UPCAST axis: k lanes, each with its own partial accumulator, so that the
+  loop carries k independent chains instead of one (the additions of a long sum no longer wait on
+  each other). Each accumulator gets k elements per element (lane j of element e at e * k + j): its
+  init STORE, outside g, fills all k; its update inside g is lane-wise; each read after the loop
+  becomes the pairwise combination of the k partials (`_pairwise`). The order of the operations
+  depends on k alone, never on the vector width, so every `--cpu` level computes the same bits."""
+  gs = [r for r in kernel_axes(sink) if is_axis(r) and axis_type(r) is AxisType.GROUP_REDUCE]
+  if not gs: return sink
+  scope = scopes(sink)
+  reducing = {root_buffer(u.src[0]): (g, accumulator_update(u)) for u in sink.toposort() if u.op is Ops.STORE
+              for g in gs if g in scope[u]}
+  lanes = {g: UOp(Ops.RANGE, dtypes.index, g.src, (g.arg[0], AxisType.UPCAST)) for g in gs}
+  names = _Names(sink, len(kernel_axes(sink)))
+  memo: dict[UOp, UOp] = {}
+  for u in sink.toposort():
+    src = tuple(memo[s] for s in u.src)
+    if u in lanes: new = lanes[u]
+    elif u in reducing: new = UOp(Ops.BUFFER, u.dtype.base.ptr(AddrSpace.REG, u.dtype.size * axis_size(reducing[u][0])), (), u.arg)
+    elif u.op is Ops.AFTER: new = u.replace(dtype=src[0].dtype, src=src)
+    elif u.op is Ops.INDEX: new = u.replace(dtype=src[0].dtype, src=src)
+    elif u.op in (Ops.LOAD, Ops.STORE) and u.src[0].op is Ops.INDEX and (g_op := reducing.get(root_buffer(u.src[0]))):
+      g, op = g_op
+      ptr, off, k = src[0].src[0], src[0].src[1], axis_size(g)
+      def lane(j: UOp) -> UOp: return UOp(Ops.INDEX, ptr.dtype, (ptr, simplify(off.alu(Ops.MUL, _idx(k)).alu(Ops.ADD, j))))
+      if g in scope[u]: new = u.replace(src=(lane(lanes[g]),) + src[1:])
+      elif u.op is Ops.STORE:  # the init: every lane starts from it
+        z = names.new_axis(k, AxisType.UPCAST)
+        new = UOp(Ops.END, dtypes.void, (u.replace(src=(lane(z),) + src[1:]), z))
+      else: new = _pairwise(ptr, off, k, op, u.dtype, names)
+    else: new = u if src == u.src else u.replace(src=src)
+    memo[u] = new
+    note(trace, u, new)
+  return memo[sink]
+
+
+def _pairwise(ptr: UOp, off: UOp, k: int, op: Ops, dt, names: _Names) -> UOp:
+  """op over the k partials ptr[off * k + j]: the second half folded into the first, lane by lane,
+  until one value is left (a pairwise tree, about log2(k) vector operations deep; with m partials
+  left, partial i takes partial i + ceil(m / 2), and the middle one of an odd m passes on)."""
+  m = k
+  while m > 1:
+    h, c = m // 2, m - m // 2
+    buf = names.buffer(ptr.dtype.base.ptr(AddrSpace.REG, ptr.dtype.size // m * c), "pair")
+    def at(p: UOp, n: int, j: UOp) -> UOp: return UOp(Ops.INDEX, p.dtype, (p, simplify(off.alu(Ops.MUL, _idx(n)).alu(Ops.ADD, j))))
+    def read(j: UOp) -> UOp: return UOp(Ops.LOAD, dt, (at(ptr, m, j),))
+    i = names.new_axis(h, AxisType.UPCAST) if h > 1 else _idx(0)
+    folded = UOp(Ops.STORE, dtypes.void, (at(buf, c, i), UOp(op, dt, (read(i), read(i.alu(Ops.ADD, _idx(c)))))))
+    writes = (UOp(Ops.END, dtypes.void, (folded, i)) if h > 1 else folded,)
+    if c > h: writes += (UOp(Ops.STORE, dtypes.void, (at(buf, c, _idx(h)), read(_idx(h)))),)
+    ptr, m = UOp(Ops.AFTER, buf.dtype, (buf,) + writes), c
+  return UOp(Ops.LOAD, dt, (UOp(Ops.INDEX, ptr.dtype, (ptr, off)),))
 
 
 # ---- 2. lanes -------------------------------------------------------------------------------------------

@@ -1,0 +1,138 @@
+"""GROUP_REDUCE on CPU targets: a reduce axis split into k vector lanes, each accumulating its own
+partial, the k partials combined pairwise after the loop (uopc.stages.expand.group_lanes).
+
+The partials change the order of a float sum's additions, so results are checked three ways: sums
+whose every partial sum is exact (integers, small integer-valued floats) and MAX must equal the
+unoptimised kernels' bit for bit; float sums of random data must equal, bit for bit, a numpy model
+of the order (lane j adds elements j, j + k, j + 2k, ... in turn, then the pairwise tree); and the
+heuristics' lane count does not depend on the vector width, so every `--cpu` level computes the same
+bits (tests/test_cpu_levels.py runs long reductions too).
+"""
+from __future__ import annotations
+
+import ctypes
+
+import numpy as np
+import pytest
+
+from test_group_reduce import lowered, row_reduce
+from test_optimize import C, LIB, build_lib, kernels_of, program
+from test_tensor_programs import Func, gemm, layernorm, softmax
+from uopc.dtype import AddrSpace
+from uopc.ops import AxisType, Ops
+from uopc.stages.optimize import heuristic_opts, parse_opts, target_caps
+
+
+def total(n: int, op: str = "ADD", dtype: str = "f32") -> Func:
+  f = Func(f"total_{op.lower()}_{dtype}")
+  x, out = f.param("x", (n,), dtype), f.param("out", (1,), dtype, out=True)
+  f.store(out, f.reduce(x, op, (0,)))
+  return f
+
+
+def _heuristics(f: Func, caps=C) -> list[str]:
+  return [",".join(map(str, heuristic_opts(k, caps))) for k in kernels_of(f.text(), caps).values()]
+
+
+def _call(lib, f: Func, x: np.ndarray) -> np.ndarray:
+  out = np.zeros(next(shape for _, shape, _, is_out in f.args if is_out), x.dtype)
+  assert getattr(lib, f"{LIB}_{f.name}")(x.ctypes.data_as(ctypes.c_void_p), out.ctypes.data_as(ctypes.c_void_p)) == 0
+  return out
+
+
+# ---- the heuristics ---------------------------------------------------------------------------------------
+
+
+def test_long_contiguous_reductions_get_32_partials_at_every_vector_width():
+  for caps in (target_caps("c", 16), target_caps("c", 32), target_caps("c", 64), target_caps("llvm")):
+    assert _heuristics(total(1 << 20), caps) == ["SPLIT(0,32,G),SPLIT(0,2,r)"]
+    # a row sum: partials along each row instead of 8 rows gathered lane by lane; THREAD tasks of rows
+    assert _heuristics(row_reduce(4096, 4096, "ADD"), caps) == ["SPLIT(1,32,G),SPLIT(1,2,r),SPLIT(0,32,t,top)"]
+
+
+def test_short_strided_or_tiled_reductions_keep_their_order():
+  assert _heuristics(total(512)) == ["SPLIT(0,2,r)"]                          # too short to pay for the combine
+  assert _heuristics(total(1000)) == ["SPLIT(0,2,r)"]                         # no multiple of 32
+  assert "G" not in _heuristics(row_reduce(64, 512, "ADD"))[0]
+  for f in (gemm(256, 1024, 256), softmax(64, 4096), layernorm(64, 4096)):  # accumulators of an output tile already
+    assert "G" not in _heuristics(f)[0], f.name
+
+
+# ---- the lowering -----------------------------------------------------------------------------------------
+
+
+def test_lanes_need_no_workgroup_and_combine_pairwise():
+  out = lowered(total(1024), "SPLIT(0,32,G)", C)
+  nodes = out.toposort()
+  assert not [u for u in nodes if u.op in (Ops.SPECIAL, Ops.BARRIER)]
+  assert not [u for u in nodes if u.op is Ops.RANGE and u.arg[1] is not AxisType.REDUCE]  # the lanes are vectors now
+  reg = sorted(u.dtype.size for u in nodes if u.op is Ops.BUFFER and u.dtype.addrspace is AddrSpace.REG)
+  assert reg == [1, 2, 4, 8, 16, 32]  # the partials, then each level of the tree
+  assert max(u.dtype.count for u in nodes if u.op is Ops.ADD) == C.vector_width
+
+
+# ---- results ----------------------------------------------------------------------------------------------
+
+OPTS = ["SPLIT(0,32,G)", "SPLIT(0,32,G,top)", "SPLIT(0,32,G),SPLIT(0,2,r)", "SPLIT(0,24,G)", "SPLIT(0,7,G)", "SPLIT(0,2,G)",
+        "SPLIT(0,4,r),SPLIT(0,16,G)"]
+N = 1344  # 2^6 * 3 * 7: every factor above divides it
+
+
+def _libs(tmp_path, funcs: list[Func], opts: str) -> tuple:
+  """The unoptimised build of funcs, and the build with `opts` on each kernel."""
+  text = program(funcs)
+  names = list(kernels_of(text))
+  return build_lib(tmp_path, text, {k: () for k in names}, "plain"), build_lib(tmp_path, text, {k: parse_opts(opts) for k in names}, "lanes")
+
+
+@pytest.mark.parametrize("opts", OPTS)
+def test_exact_sums_and_max_equal_the_unoptimised_kernels(tmp_path, opts):
+  funcs = [total(N, "ADD", "i32"), total(N, "ADD"), total(N, "MAX"), total(N, "MUL")]
+  plain, lanes = _libs(tmp_path, funcs, opts)
+  rng = np.random.default_rng(0)
+  xi = rng.integers(-2**31, 2**31 - 1, N).astype(np.int32)          # wraps: exact in any order all the same
+  xf = rng.integers(-1000, 1001, N).astype(np.float32)               # every partial sum is an integer below 2^24
+  xm = rng.standard_normal(N).astype(np.float32)
+  xm[[5, 700]] = [np.inf, -np.inf]
+  xp = rng.choice(np.array([-1, 1], np.float32), N)  # products of powers of two, never far from 1: exact in any order
+  xp[rng.choice(N, 40, replace=False)] = np.repeat(np.array([2, -0.5], np.float32), 20)
+  for f, x in zip(funcs, (xi, xf, xm, xp)):
+    want, got = _call(plain, f, x), _call(lanes, f, x)
+    np.testing.assert_array_equal(got, want, err_msg=f"{f.name} {opts}")
+  assert _call(lanes, funcs[0], xi)[0] == xi.sum(dtype=np.int32)
+
+
+def model_sum(x: np.ndarray, k: int) -> np.ndarray:
+  """The sums (over the last axis) in GROUP_REDUCE lanes' order, every addition rounded to float32:
+  lane j adds elements j, j + k, ... in turn from 0, then while m > 1 partials are left, partial i
+  (i < m // 2) adds partial i + ceil(m / 2)."""
+  rows = x.reshape(x.shape[0], -1, k)
+  part = np.zeros((x.shape[0], k), np.float32)
+  for i in range(rows.shape[1]): part = part + rows[:, i]
+  while part.shape[1] > 1:
+    m = part.shape[1]
+    h, c = m // 2, m - m // 2
+    nxt = part[:, :c].copy()
+    nxt[:, :h] = part[:, :h] + part[:, c:c + h]
+    part = nxt
+  return part
+
+
+@pytest.mark.parametrize("k", [32, 24, 7])
+def test_float_sums_follow_the_lane_order(tmp_path, k):
+  x = np.random.default_rng(1).standard_normal(N).astype(np.float32) * np.float32(3.7)
+  _, lanes = _libs(tmp_path, [total(N)], f"SPLIT(0,{k},G),SPLIT(0,2,r)" if k != 7 else "SPLIT(0,7,G)")
+  got = _call(lanes, total(N), x)
+  np.testing.assert_array_equal(got, model_sum(x[None], k)[0])
+  assert got[0] != np.float32(np.add.accumulate(x, dtype=np.float32)[-1])  # a different order from the plain loop's, here
+
+
+@pytest.mark.parametrize("opts, k", [("SPLIT(1,32,G),SPLIT(0,4,u)", 32), ("SPLIT(1,16,G),SPLIT(1,4,r),SPLIT(0,2,t,top)", 16),
+                                     ("SPLIT(1,8,G,top),SPLIT(0,8,u)", None)])
+def test_row_sums_with_output_lanes_and_threads(tmp_path, opts, k):
+  f = row_reduce(8, 512, "ADD")
+  plain, lanes = _libs(tmp_path, [f], opts)
+  x = np.random.default_rng(2).standard_normal((8, 512)).astype(np.float32)
+  if k is not None: np.testing.assert_array_equal(_call(lanes, f, x), model_sum(x, k))  # (with top, lane j sums block j)
+  xf = np.random.default_rng(3).integers(-100, 101, (8, 512)).astype(np.float32)
+  np.testing.assert_array_equal(_call(lanes, f, xf), _call(plain, f, xf))
