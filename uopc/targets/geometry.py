@@ -91,18 +91,25 @@ def size_expr(size, var_names: dict[str, str]) -> str:
   raise CompileError([error(None, f"a launch size computed with {u.op.name} cannot be evaluated by the launcher")])
 
 
-def launch_operands(kernel, by_key: dict, offsets: dict[int, int], workspace_local: str) -> tuple[list[str], list[str], str, str]:
-  """What a GPU launcher needs to launch `kernel`: C statements declaring locals for its intermediate
-  buffers (`workspace_local` formatted with `i` and `offset`: a pointer into the workspace, made a local so
-  the argument array can point at it), the C names of its arguments in signature order, and its grid
-  and block as C int64_t expressions over the entry's size arguments."""
+def launch_block(prefix: str, index: int, kernel, by_key: dict, offsets: dict[int, int], workspace_local: str,
+                 on_error: str, indent: str) -> list[str]:
+  """C statements of a GPU launcher that launch `kernel` through `{prefix}__launch(functions[index], grid,
+  block, stream, args)`: locals for its intermediate buffers (`workspace_local` formatted with `i` and
+  `offset`: a pointer into the workspace, made a local so that the argument array can point at it),
+  its arguments in signature order, its grid and block as C int64_t expressions over the entry's size
+  arguments, and `on_error` (a statement) when the launch fails; each line starts with `indent`."""
   var_names = {a.key: a.c_name for a in by_key.values() if a.kind == "var"}
   locals_, actual = [], []
   for i, p in enumerate(kernel.params):
     if p.kind == "buffer" and p.slot in offsets:
-      locals_.append(workspace_local.format(i=i, offset=offsets[p.slot]))
+      locals_.append(f"  {workspace_local.format(i=i, offset=offsets[p.slot])}")
       actual.append(f"ws{i}")
     else: actual.append(by_key[("buffer", p.slot) if p.kind == "buffer" else ("var", p.name)].c_name)
   grid = ", ".join(size_expr(s, var_names) for s in kernel.geometry.grid)
   block = ", ".join(size_expr(s, var_names) for s in kernel.geometry.block)
-  return locals_, actual, grid, block
+  lines = [f"{{ /* {kernel.name} */", *locals_,
+           f"  void* args[] = {{{', '.join(f'(void*)&{a}' for a in actual) or 'NULL'}}};",
+           f"  const int64_t grid[3] = {{{grid}}}, block[3] = {{{block}}};",
+           f"  status = {prefix}__launch(functions[{index}], grid, block, stream, args);",
+           f"  if (status != UOPC_OK) {on_error};", "}"]
+  return [indent + line for line in lines]

@@ -25,7 +25,7 @@ from typing import Sequence
 
 from uopc.launcher import (EntryArg, EntryKernels, header_file, arg_checks, c_identifier, c_param, c_string, entry_accessors,
                            entry_args, launched, metadata_tables, strerror_function)
-from uopc.targets.geometry import MAX_WORKGROUP, launch_operands
+from uopc.targets.geometry import MAX_WORKGROUP, launch_block
 
 HIP_STATUS = (("UOPC_HIP_ERR_NO_RUNTIME", 100, "libamdhip64.so (the HIP runtime) or a function it needs was not found"),
               ("UOPC_HIP_ERR_NO_CODE_OBJECT", 101, "none of the library's code objects runs on this GPU"),
@@ -186,13 +186,7 @@ static int {prefix}__free_workspace(void* workspace, hipStream_t stream, int sta
 def _kernel_launch(prefix: str, index: int, kernel, by_key: dict[tuple, EntryArg], offsets: dict[int, int]) -> list[str]:
   """One kernel's launch; an intermediate buffer is a pointer into the workspace, made a local so that
   the argument array can point at it."""
-  locals_, actual, grid, block = launch_operands(kernel, by_key, offsets, "    void* ws{i} = (unsigned char*)workspace + {offset};")
-  return [f"  {{ /* {kernel.name} */", *locals_,
-          f"    void* args[] = {{{', '.join(f'(void*)&{a}' for a in actual) or 'NULL'}}};",
-          f"    const int64_t grid[3] = {{{grid}}}, block[3] = {{{block}}};",
-          f"    status = {prefix}__launch(functions[{index}], grid, block, stream, args);",
-          "    if (status != UOPC_OK) return status;",
-          "  }"]
+  return launch_block(prefix, index, kernel, by_key, offsets, "void* ws{i} = (unsigned char*)workspace + {offset};", "return status", "  ")
 
 
 def _wrapper(prefix: str, entry: EntryKernels, first: int) -> str:

@@ -25,7 +25,7 @@ from typing import Sequence
 
 from uopc.launcher import (EntryArg, EntryKernels, header_file, arg_checks, c_identifier, c_param, c_string, entry_accessors,
                            entry_args, launched, metadata_tables, strerror_function)
-from uopc.targets.geometry import launch_operands
+from uopc.targets.geometry import launch_block
 
 CUDA_STATUS = (("UOPC_CUDA_ERR_NO_DRIVER", 100, "libcuda.so.1 (the CUDA driver) or one of its functions was not found"),
                ("UOPC_CUDA_ERR_NO_CONTEXT", 101, "the calling thread has no current CUDA context"),
@@ -169,13 +169,8 @@ static int {p}__launch(CUfunction fn, const int64_t grid[3], const int64_t block
 
 
 def _kernel_launch(prefix: str, index: int, kernel, by_key: dict[tuple, EntryArg], offsets: dict[int, int]) -> list[str]:
-  lines, actual, grid, block = launch_operands(kernel, by_key, offsets, "    CUdeviceptr ws{i} = workspace + {offset};")
-  return [f"    {{ /* {kernel.name} */", *(f"  {line}" for line in lines),
-          f"      void* args[] = {{{', '.join(f'(void*)&{a}' for a in actual) or 'NULL'}}};",
-          f"      const int64_t grid[3] = {{{grid}}}, block[3] = {{{block}}};",
-          f"      status = {prefix}__launch(functions[{index}], grid, block, stream, args);",
-          "      if (status != UOPC_OK) break;",
-          "    }"]
+  """One kernel's launch inside the wrapper's do-while: a failure breaks out to free the workspace."""
+  return launch_block(prefix, index, kernel, by_key, offsets, "CUdeviceptr ws{i} = workspace + {offset};", "break", "    ")
 
 
 def _wrapper(prefix: str, entry: EntryKernels, first: int) -> str:
