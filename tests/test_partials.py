@@ -1,5 +1,7 @@
-"""GROUP_REDUCE on CPU targets: a reduce axis split into k vector lanes, each accumulating its own
-partial, the k partials combined pairwise after the loop (uopc.stages.expand.group_lanes).
+"""Long reductions on CPU targets. GROUP_REDUCE: a reduce axis split into k vector lanes, each
+accumulating its own partial, the k partials combined pairwise after the loop
+(uopc.stages.expand.group_lanes). And a long full reduction split by Rangeify into the reductions of
+32 chunks (a kernel whose chunks are THREAD tasks) and the reduction of those partials.
 
 The partials change the order of a float sum's additions, so results are checked three ways: sums
 whose every partial sum is exact (integers, small integer-valued floats) and MAX must equal the
@@ -19,8 +21,11 @@ from test_group_reduce import lowered, row_reduce
 from test_optimize import C, LIB, build_lib, kernels_of, program
 from test_tensor_programs import Func, gemm, layernorm, softmax
 from uopc.dtype import AddrSpace
+from uopc.frontend import parse_source
 from uopc.ops import AxisType, Ops
-from uopc.stages.optimize import heuristic_opts, parse_opts, target_caps
+from uopc.stages.callify import callify
+from uopc.stages.optimize import heuristic_opts, parse_opts, target_caps, type_axes
+from uopc.stages.rangeify import SPLIT_CHUNKS, SPLIT_MIN, rangeify
 
 
 def total(n: int, op: str = "ADD", dtype: str = "f32") -> Func:
@@ -45,7 +50,7 @@ def _call(lib, f: Func, x: np.ndarray) -> np.ndarray:
 
 def test_long_contiguous_reductions_get_32_partials_at_every_vector_width():
   for caps in (target_caps("c", 16), target_caps("c", 32), target_caps("c", 64), target_caps("llvm")):
-    assert _heuristics(total(1 << 20), caps) == ["SPLIT(0,32,G),SPLIT(0,2,r)"]
+    assert _heuristics(total(1 << 16), caps) == ["SPLIT(0,32,G),SPLIT(0,2,r)"]
     # a row sum: partials along each row instead of 8 rows gathered lane by lane; THREAD tasks of rows
     assert _heuristics(row_reduce(4096, 4096, "ADD"), caps) == ["SPLIT(1,32,G),SPLIT(1,2,r),SPLIT(0,32,t,top)"]
 
@@ -136,3 +141,40 @@ def test_row_sums_with_output_lanes_and_threads(tmp_path, opts, k):
   if k is not None: np.testing.assert_array_equal(_call(lanes, f, x), model_sum(x, k))  # (with top, lane j sums block j)
   xf = np.random.default_rng(3).integers(-100, 101, (8, 512)).astype(np.float32)
   np.testing.assert_array_equal(_call(lanes, f, xf), _call(plain, f, xf))
+
+
+# ---- full reductions split into chunks --------------------------------------------------------------------
+
+
+def _split_program(f: Func, split: bool):
+  return rangeify(callify(parse_source(f.text(), "t.uop").entries[0].sink), split_reductions=split)
+
+
+def _kernel_split(f: Func, split: bool) -> list[str]:
+  program = _split_program(f, split)
+  return [f"{b.name}{list(b.shape)}" for b in program.intermediates] + [f"{len(program.kernels)} kernels"]
+
+
+def test_long_full_reductions_split_into_chunks_on_cpus_only():
+  assert _kernel_split(total(SPLIT_MIN), True) == ["tmp2[32, 1]", "2 kernels"]
+  assert _kernel_split(total(SPLIT_MIN), False) == ["1 kernels"]                         # GPU targets
+  assert _kernel_split(total(SPLIT_MIN - SPLIT_CHUNKS), True) == ["1 kernels"]           # too short for threads
+  assert _kernel_split(total(SPLIT_MIN + 1), True) == ["1 kernels"]                      # no multiple of 32
+  assert _kernel_split(row_reduce(2, SPLIT_MIN, "ADD"), True) == ["1 kernels"]           # rows: THREAD tasks already
+  # the chunks: THREAD tasks, each with 32 partials; then the 32 chunk sums in order
+  kernels = [type_axes(k, C) for k in _split_program(total(1 << 24), True).kernels]
+  assert [",".join(map(str, heuristic_opts(k, C))) for k in kernels] == ["SPLIT(1,32,G),SPLIT(1,2,r),SPLIT(0,32,t,top)", "SPLIT(0,2,r)"]
+
+
+def test_split_sums_follow_the_chunk_and_lane_order(tmp_path):
+  n = SPLIT_MIN
+  funcs = [total(n), total(n, "MAX"), total(n, "ADD", "i32")]
+  lib = build_lib(tmp_path, program(funcs), None, "split")
+  rng = np.random.default_rng(4)
+  x = rng.standard_normal(n).astype(np.float32)
+  chunks = model_sum(x.reshape(SPLIT_CHUNKS, -1), 32)[:, 0]              # each chunk in 32 lanes
+  want = np.add.accumulate(np.concatenate([[0], chunks]).astype(np.float32), dtype=np.float32)[-1]  # then in order
+  assert _call(lib, funcs[0], x)[0] == want
+  assert _call(lib, funcs[1], x)[0] == x.max()
+  xi = rng.integers(-2**31, 2**31 - 1, n).astype(np.int32)
+  assert _call(lib, funcs[2], xi)[0] == xi.sum(dtype=np.int32)

@@ -35,9 +35,13 @@ def _callify(sink: UOp, name: str) -> UOp:
   return callify(sink)
 
 
-def _rangeify(sink: UOp, name: str):
-  from uopc.stages.rangeify import rangeify
-  return rangeify(sink)
+def _rangeify(target: str) -> Callable[[UOp, str], Any]:
+  """Rangeify; on the CPU targets, whose THREAD tasks need an output axis to split, long full
+  reductions are split into chunks first (see uopc.stages.rangeify)."""
+  def run(sink: UOp, name: str):
+    from uopc.stages.rangeify import rangeify
+    return rangeify(sink, split_reductions=target in ("c", "llvm"))
+  return run
 
 
 def _plan(program, name: str):
@@ -82,7 +86,7 @@ def pipeline(target: str, loc_of: Callable[[UOp], Any] = lambda u: None, schedul
   new)` (Module.relocate) keeps a node's source location on what a stage replaces it with; `fast_math`
   lets Instruction Selection and the renderer use the target's approximate instructions; `vector_bytes`
   is the width of the CPU's vector registers that -t c builds for (`--cpu`; None: the portable one)."""
-  return (Stage("callify", _callify), Stage("rangeify", _rangeify), Stage("optimize", _optimize(target, schedule, relocate, vector_bytes)),
+  return (Stage("callify", _callify), Stage("rangeify", _rangeify(target)), Stage("optimize", _optimize(target, schedule, relocate, vector_bytes)),
           Stage("expand", _expand(relocate)), Stage("isel", _isel(target, fast_math)), Stage("linearize", _linearize),
           Stage("plan", _plan), Stage("render", get_target(target).render_stage(loc_of, fast_math)))
 

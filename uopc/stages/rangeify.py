@@ -13,6 +13,11 @@
    REDUCE read inside another reduction's loop at an index that moves with it, or read by two
    kernels, would repeat its whole reduction per read: it is realized. Which REDUCEs fuse is found
    by lowering: a REDUCE found not to fuse is marked realized and the program is lowered again.
+   On CPU targets (`rangeify(..., split_reductions=True)`), a full reduction of SPLIT_MIN or more
+   elements (every axis reduced, a multiple of SPLIT_CHUNKS elements) is first split in two: the
+   reductions of SPLIT_CHUNKS equal chunks, realized (a kernel whose chunks Optimize makes THREAD
+   tasks: both cores read), then the reduction of those partials. The split changes the order of a
+   float sum's additions, in a way fixed by SPLIT_CHUNKS alone (the same on every machine).
 2. Lowering. A kernel loops over its output with one `RANGE(.., LOOP)` per dim of size > 1 and
    asks for its value at that index: each op maps an output index to its sources' indices (the
    movement ops become index arithmetic, PAD a validity mask that gates the loads and selects the
@@ -369,6 +374,30 @@ class _Kernel:
     return UOp(Ops.LOAD, dt, (UOp(Ops.INDEX, acc.dtype, (UOp(Ops.AFTER, acc.dtype, (acc, body)), zero)),))
 
 
+# ---- long full reductions on CPUs ---------------------------------------------------------------------
+
+SPLIT_CHUNKS = 32     # chunks of a split full reduction: the THREAD tasks Optimize aims for
+SPLIT_MIN = 1 << 17   # elements from which a full reduction is split: below, starting threads costs more
+
+
+def split_full_reductions(sink: UOp) -> UOp:
+  """Each REDUCE of SPLIT_MIN or more elements to one value (see the module docstring) as the
+  REDUCE of the CONTIGUOUS REDUCEs of its SPLIT_CHUNKS chunks, reshaped back to its shape."""
+  memo: dict[UOp, UOp] = {}
+  for u in sink.toposort():
+    src = tuple(memo[s] for s in u.src)
+    new = u if src == u.src else u.replace(src=src)
+    dims = u.src[0].shape if u.op is Ops.REDUCE and len(u.src) == 1 else None
+    if dims is not None and all(isinstance(d, int) for d in dims) and prod(u.shape) == 1 and prod(dims) >= SPLIT_MIN \
+       and prod(dims) % SPLIT_CHUNKS == 0:
+      op, n = u.arg[0], prod(dims)
+      chunks = UOp(Ops.RESHAPE, u.dtype, (src[0], UOp.shape_of((SPLIT_CHUNKS, n // SPLIT_CHUNKS))))
+      partials = UOp(Ops.CONTIGUOUS, u.dtype, (UOp(Ops.REDUCE, u.dtype, (chunks,), (op, (1,))),))
+      new = UOp(Ops.RESHAPE, u.dtype, (UOp(Ops.REDUCE, u.dtype, (partials,), (op, (0,))), UOp.shape_of(u.shape)))
+    memo[u] = new
+  return memo[sink]
+
+
 # ---- the program --------------------------------------------------------------------------------------
 
 
@@ -378,8 +407,8 @@ def _strip_after(u: UOp) -> UOp:
 
 
 class _Rangeify:
-  def __init__(self, sink: UOp, unfused: frozenset[UOp]):
-    self.unfused = unfused
+  def __init__(self, sink: UOp, unfused: frozenset[UOp], split_reductions: bool):
+    self.unfused, self.split_reductions = unfused, split_reductions
     self.fusing: set[UOp] = set()
     self.fused_in: dict[UOp, _Kernel] = {}
     self.buffers: dict[str, BufferInfo] = {}
@@ -434,7 +463,7 @@ class _Rangeify:
       while taken & set(names): names = ["_" + n for n in names]
       stores = tuple(UOp(Ops.STORE, dtypes.void, (UOp(Ops.PARAM, v.dtype, (UOp.shape_of(v.shape),), (n_args + i, name)), v))
                      for i, (v, name) in enumerate(zip(body.src, names)))
-      self.callees[body] = (len(self.kernels), rangeify(UOp(Ops.SINK, dtypes.void, stores)))
+      self.callees[body] = (len(self.kernels), rangeify(UOp(Ops.SINK, dtypes.void, stores), self.split_reductions))
       self.kernels += self.callees[body][1].kernels
     return self.callees[body]
 
@@ -475,12 +504,14 @@ class _Rangeify:
     self.kernels.append(sink)
 
 
-def rangeify(sink: UOp) -> KernelProgram:
-  """Split a callified tensor program into kernels (see the module docstring)."""
+def rangeify(sink: UOp, split_reductions: bool = False) -> KernelProgram:
+  """Split a callified tensor program into kernels (see the module docstring); `split_reductions`:
+  split long full reductions in two (CPU targets)."""
+  if split_reductions: sink = split_full_reductions(sink)
   unfused: frozenset[UOp] = frozenset()
   while True:
     try:
-      r = _Rangeify(sink, unfused)
+      r = _Rangeify(sink, unfused, split_reductions)
       break
     except _Unfused as e:
       unfused |= {e.reduce}
