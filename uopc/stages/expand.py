@@ -228,11 +228,10 @@ def group_lanes(sink: UOp, trace: Trace | None = None) -> UOp:
     elif u.op in (Ops.LOAD, Ops.STORE) and u.src[0].op is Ops.INDEX and (g_op := reducing.get(root_buffer(u.src[0]))):
       g, op = g_op
       ptr, off, k = src[0].src[0], src[0].src[1], axis_size(g)
-      def lane(j: UOp) -> UOp: return UOp(Ops.INDEX, ptr.dtype, (ptr, simplify(off.alu(Ops.MUL, _idx(k)).alu(Ops.ADD, j))))
-      if g in scope[u]: new = u.replace(src=(lane(lanes[g]),) + src[1:])
+      if g in scope[u]: new = u.replace(src=(_lane(ptr, off, k, lanes[g]),) + src[1:])
       elif u.op is Ops.STORE:  # the init: every lane starts from it
         z = names.new_axis(k, AxisType.UPCAST)
-        new = UOp(Ops.END, dtypes.void, (u.replace(src=(lane(z),) + src[1:]), z))
+        new = UOp(Ops.END, dtypes.void, (u.replace(src=(_lane(ptr, off, k, z),) + src[1:]), z))
       else: new = _pairwise(ptr, off, k, op, u.dtype, names)
     else: new = u if src == u.src else u.replace(src=src)
     memo[u] = new
@@ -240,22 +239,29 @@ def group_lanes(sink: UOp, trace: Trace | None = None) -> UOp:
   return memo[sink]
 
 
+def _lane(ptr: UOp, off: UOp, k: int, j: UOp) -> UOp:
+  """Lane j of element `off` of an accumulator with k lanes per element."""
+  return UOp(Ops.INDEX, ptr.dtype, (ptr, simplify(off.alu(Ops.MUL, _idx(k)).alu(Ops.ADD, j))))
+
+
 def _pairwise(ptr: UOp, off: UOp, k: int, op: Ops, dt, names: _Names) -> UOp:
   """op over the k partials ptr[off * k + j]: the second half folded into the first, lane by lane,
-  until one value is left (a pairwise tree, about log2(k) vector operations deep; with m partials
-  left, partial i takes partial i + ceil(m / 2), and the middle one of an odd m passes on)."""
-  m = k
-  while m > 1:
-    h, c = m // 2, m - m // 2
-    buf = names.buffer(ptr.dtype.base.ptr(AddrSpace.REG, ptr.dtype.size // m * c), "pair")
-    def at(p: UOp, n: int, j: UOp) -> UOp: return UOp(Ops.INDEX, p.dtype, (p, simplify(off.alu(Ops.MUL, _idx(n)).alu(Ops.ADD, j))))
-    def read(j: UOp) -> UOp: return UOp(Ops.LOAD, dt, (at(ptr, m, j),))
-    i = names.new_axis(h, AxisType.UPCAST) if h > 1 else _idx(0)
-    folded = UOp(Ops.STORE, dtypes.void, (at(buf, c, i), UOp(op, dt, (read(i), read(i.alu(Ops.ADD, _idx(c)))))))
-    writes = (UOp(Ops.END, dtypes.void, (folded, i)) if h > 1 else folded,)
-    if c > h: writes += (UOp(Ops.STORE, dtypes.void, (at(buf, c, _idx(h)), read(_idx(h)))),)
-    ptr, m = UOp(Ops.AFTER, buf.dtype, (buf,) + writes), c
+  until one value is left (a pairwise tree, about log2(k) vector operations deep)."""
+  while k > 1: ptr, k = _fold_half(ptr, off, k, op, dt, names)
   return UOp(Ops.LOAD, dt, (UOp(Ops.INDEX, ptr.dtype, (ptr, off)),))
+
+
+def _fold_half(ptr: UOp, off: UOp, m: int, op: Ops, dt, names: _Names) -> tuple[UOp, int]:
+  """The m partials ptr[off * m + j] as c = ceil(m / 2) in a fresh REG buffer: partial i (i < m // 2)
+  is op(partial i, partial i + c); the middle one of an odd m passes on. The buffer after its writes, and c."""
+  h, c = m // 2, m - m // 2
+  buf = names.buffer(ptr.dtype.base.ptr(AddrSpace.REG, ptr.dtype.size // m * c), "pair")
+  def read(j: UOp) -> UOp: return UOp(Ops.LOAD, dt, (_lane(ptr, off, m, j),))
+  i = names.new_axis(h, AxisType.UPCAST) if h > 1 else _idx(0)
+  folded = UOp(Ops.STORE, dtypes.void, (_lane(buf, off, c, i), UOp(op, dt, (read(i), read(i.alu(Ops.ADD, _idx(c)))))))
+  writes = (UOp(Ops.END, dtypes.void, (folded, i)) if h > 1 else folded,)
+  if c > h: writes += (UOp(Ops.STORE, dtypes.void, (_lane(buf, off, c, _idx(h)), read(_idx(h)))),)
+  return UOp(Ops.AFTER, buf.dtype, (buf,) + writes), c
 
 
 # ---- 2. lanes -------------------------------------------------------------------------------------------
