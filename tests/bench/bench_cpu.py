@@ -6,6 +6,9 @@ Each workload (tests/bench/workloads.py) is built with `uopc build -t c` in a te
 numpy and in tinygrad. Every column's result is checked against a float64 reference before it is
 timed; a wrong result or a failed build is printed as such and makes the run exit 1. The report (a
 Markdown table) records the machine the numbers come from. Not a test: nothing asserts a time.
+The elementwise rows' uopc calls also alternate with the yardstick's (numpy's in-place add), and
+a note gives their rate ratio: rows measured seconds apart see whatever memory bandwidth a shared
+machine has left at the time.
 """
 from __future__ import annotations
 
@@ -31,6 +34,7 @@ from uopc.driver import CPU_LEVELS  # noqa: E402
 
 COLUMNS = ("uopc", "numpy", "tinygrad")
 MIN_RUNS = 3
+PAIRS = 20  # alternating calls of an elementwise row's uopc entry and the yardstick (see paired_note)
 YARDSTICK_N = 1 << 24
 YARDSTICK_NAME = f"numpy in-place add {YARDSTICK_N >> 20}M (yardstick)"
 
@@ -87,7 +91,21 @@ def check_close(column: str, w: Workload, got: np.ndarray, want: np.ndarray, tol
 
 
 # ---- the run -----------------------------------------------------------------------------------------------
-def run_workload(w: Workload, seed: int, columns: dict, budget: float, max_runs: int, failures: list[str]) -> Row:
+def paired_note(w: Workload, uopc: Prepared, stick: Prepared) -> str:
+  """uopc's rate over the yardstick's with their calls alternating, PAIRS times: both then see the
+  same memory bandwidth, which on a shared machine can change by 2x within seconds (between the
+  yardstick's row and this one). The median of the pairs' ratios."""
+  ratios = []
+  for _ in range(PAIRS):
+    stick_s, uopc_s = timed(stick.call), timed(uopc.call)
+    ratios.append(w.work / uopc_s / (3 * 4 * YARDSTICK_N / stick_s))
+  return f"{w.name}: uopc at {statistics.median(ratios):.2f}x the yardstick's rate with their calls alternating " \
+         f"({PAIRS} pairs, median; {min(ratios):.2f}-{max(ratios):.2f})"
+
+
+def run_workload(w: Workload, seed: int, columns: dict, budget: float, max_runs: int, failures: list[str],
+                 stick: Prepared | None = None, notes: list[str] | None = None) -> Row:
+  """Measure every column of w; with `stick` (the yardstick's call), also the uopc call against it into `notes`."""
   inputs = w.inputs(np.random.default_rng(seed))
   want = w.reference(*inputs)
   tol = w.tolerance(*inputs)
@@ -101,6 +119,7 @@ def run_workload(w: Workload, seed: int, columns: dict, budget: float, max_runs:
       prepared = runner.prepare(w, inputs)
       if prepared.build_s is not None: row.build_s = prepared.build_s
       row.cells[name] = measure(prepared, lambda got: check_close(name, w, got, want, tol), budget, max_runs)
+      if name == "uopc" and stick is not None and notes is not None: notes.append(paired_note(w, prepared, stick))
     except WrongResult as e:
       failures.append(f"WRONG RESULT: {e}")
       row.cells[name] = Cell(problem="WRONG")
@@ -112,8 +131,9 @@ def run_workload(w: Workload, seed: int, columns: dict, budget: float, max_runs:
   return row
 
 
-def yardstick(budget: float, max_runs: int) -> Row:
-  """numpy's in-place add on 16M float32: what this machine's memory gives one core."""
+def yardstick(budget: float, max_runs: int) -> tuple[Row, Prepared]:
+  """numpy's in-place add on 16M float32: what this machine's memory gives one core. Its row, and its
+  call (for paired_note)."""
   rng = np.random.default_rng(0)
   x, y = rng.standard_normal(YARDSTICK_N, dtype=np.float32), rng.standard_normal(YARDSTICK_N, dtype=np.float32)
   want = x.astype(np.float64) + y
@@ -121,8 +141,7 @@ def yardstick(budget: float, max_runs: int) -> Row:
 
   def check(got):  # only the first (warm-up) add is checked: later runs keep adding y
     if not np.array_equal(got, want.astype(np.float32)): raise WrongResult("numpy in-place add")
-  return Row("elementwise", YARDSTICK_NAME, 3 * 4 * YARDSTICK_N, "GB/s",
-             cells={"numpy": measure(p, check, budget, max_runs)})
+  return Row("elementwise", YARDSTICK_NAME, 3 * 4 * YARDSTICK_N, "GB/s", cells={"numpy": measure(p, check, budget, max_runs)}), p
 
 
 # ---- the report --------------------------------------------------------------------------------------------
@@ -217,9 +236,12 @@ def main(argv: list[str]) -> int:
   with tempfile.TemporaryDirectory(prefix="uopc-bench-") as tmp:
     columns, tinygrad = make_columns(args, Path(tmp), env, notes)
     machine_rows = machine.describe(env, tinygrad, args.cpu)
-    rows = [yardstick(args.budget, args.max_runs)] if selected(args.filter, "elementwise", YARDSTICK_NAME) else []
+    rows, stick = [], None
+    if selected(args.filter, "elementwise", YARDSTICK_NAME):
+      row, stick = yardstick(args.budget, args.max_runs)
+      rows.append(row)
     for seed, w in enumerate(workloads):
-      rows.append(run_workload(w, seed, columns, args.budget, args.max_runs, failures))
+      rows.append(run_workload(w, seed, columns, args.budget, args.max_runs, failures, stick if w.group == "elementwise" else None, notes))
   text = report(command, machine_rows, rows, notes, failures, time.perf_counter() - start)
   print(text)
   if args.output: args.output.write_text(text)

@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from bench_cpu import MIN_RUNS, Row, WrongResult, check_close, main, measure, run_workload, table  # noqa: E402
+from bench_cpu import MIN_RUNS, PAIRS, YARDSTICK_N, Row, WrongResult, check_close, main, measure, run_workload, table  # noqa: E402
 from runners import Numpy, Prepared, Tinygrad, Uopc, tinygrad_problem  # noqa: E402
 from workloads import Tolerance, convolutions, elementwise, gemms, reductions, rows  # noqa: E402
 
@@ -98,3 +98,18 @@ def test_main_writes_the_report_and_exits_0(tmp_path, monkeypatch, capsys):
   text = (tmp_path / "r.md").read_text()
   assert "| gemm 8 |" in text and "tinygrad: n/a (--no-tinygrad)" in text and "uopc revision" in text
   assert text in capsys.readouterr().out
+
+
+def test_elementwise_rows_note_their_rate_against_the_yardstick_call_by_call(tmp_path, monkeypatch):
+  import dataclasses
+
+  import bench_cpu
+  w = dataclasses.replace(elementwise(1000)[0], work=2 * 3 * 4 * YARDSTICK_N)  # twice the yardstick's bytes
+  times = iter([4.0, 1.0, 2.0, 1.0] * PAIRS)  # each pair: the yardstick's call, then uopc's (4x, then 2x as fast)
+  monkeypatch.setattr(bench_cpu, "timed", lambda call: (call(), next(times))[1])
+  monkeypatch.setattr(bench_cpu, "measure", lambda p, check, budget, max_runs: bench_cpu.Cell(1.0, 1))
+  calls, notes = [], []
+  stick = Prepared(lambda: calls.append("stick"), lambda: None)
+  run_workload(w, 0, {"uopc": Uopc(tmp_path, env=None)}, budget=0.0, max_runs=1, failures=[], stick=stick, notes=notes)
+  assert calls == ["stick"] * PAIRS
+  assert notes == [f"{w.name}: uopc at 6.00x the yardstick's rate with their calls alternating ({PAIRS} pairs, median; 4.00-8.00)"]
