@@ -11,6 +11,7 @@ $(VENV)/.installed: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
 	$(PY) -m pip install -q -e '.[test,cuda]'
+	rm -rf build uopc.egg-info  # setuptools' by-products; the install's metadata is in the venv
 	touch $@
 
 demo: setup
@@ -32,7 +33,7 @@ bench: $(VENV)/.bench-installed
 # Without network the install fails, no stamp is made (it is tried again next time) and the
 # benchmark still runs with its tinygrad column n/a.
 $(VENV)/.bench-installed: $(VENV)/.installed
-	$(PY) -m pip install -q -e '.[bench]' && touch $@ || echo "make bench: could not install tinygrad; its column will say n/a" >&2
+	$(PY) -m pip install -q -e '.[bench]' && rm -rf build uopc.egg-info && touch $@ || echo "make bench: could not install tinygrad; its column will say n/a" >&2
 
 # The differential test with many more random programs than CI runs, from fresh seeds;
 # UOPC_FUZZ_SEED=N replays the batches of base seed N.
@@ -40,5 +41,5 @@ fuzz: setup
 	UOPC_FUZZ_BATCHES=$${UOPC_FUZZ_BATCHES:-200} UOPC_FUZZ_SEED=$${UOPC_FUZZ_SEED:-random} $(PY) -m pytest -q -n $(JOBS) tests/test_differential.py
 
 clean:
-	rm -rf build dist *.egg-info $(VENV) .pytest_cache
+	rm -rf build dist *.egg-info $(VENV) tests/.pytest_cache tests/.hypothesis
 	$(MAKE) -C samples/c-app clean
