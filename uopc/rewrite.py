@@ -15,7 +15,7 @@ subgraph is one node and is rewritten once), with an explicit stack so graph dep
 from __future__ import annotations
 
 import inspect
-from typing import Any, Callable, Iterable, Iterator
+from typing import Any, Callable, Iterable, Iterator, Mapping
 
 from uopc.dtype import DType
 from uopc.ops import GroupOp, Ops
@@ -162,6 +162,16 @@ class Rules:
         r = fn(**binds, ctx=ctx) if self._wants_ctx[i] else fn(**binds)
         if r is not None and r is not u: return r
     return None
+
+
+def substitute(root: UOp, mapping: Mapping[UOp, UOp]) -> UOp:
+  """`root` with every node in `mapping` replaced once, sharing untouched subgraphs. One pass, not a
+  rewrite to a fixed point: a replacement is used as given, never substituted into (Callify relies on
+  it: an argument may itself be a PARAM equal to another formal of the body)."""
+  done: dict[UOp, UOp] = {}
+  for u in root.toposort():
+    done[u] = mapping.get(u) or (u.replace(src=tuple(done[s] for s in u.src)) if u.src else u)
+  return done[root]
 
 
 def graph_rewrite(sink: UOp, rules: Rules, bottom_up: bool = False, ctx: Any = None) -> UOp:

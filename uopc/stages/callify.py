@@ -10,17 +10,8 @@ from __future__ import annotations
 
 from uopc.diagnostics import CompileError, error
 from uopc.ops import Ops
-from uopc.rewrite import Pat, Rules, graph_rewrite
+from uopc.rewrite import Pat, Rules, graph_rewrite, substitute
 from uopc.uop import UOp
-
-
-def substitute(root: UOp, mapping: dict[UOp, UOp]) -> UOp:
-  """`root` with every node in `mapping` replaced once, sharing untouched subgraphs. One pass, not a
-  rewrite to a fixed point: an argument may itself be a PARAM equal to another formal of the body."""
-  done: dict[UOp, UOp] = {}
-  for u in root.toposort():
-    done[u] = mapping.get(u) or (u.replace(src=tuple(done[s] for s in u.src)) if u.src else u)
-  return done[root]
 
 
 def _formals(body: UOp) -> list[UOp]: return [u for u in body.toposort() if u.op is Ops.PARAM and u.src]

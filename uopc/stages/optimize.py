@@ -60,6 +60,7 @@ from typing import Any, Callable, Mapping
 from uopc.diagnostics import CompileError, Loc, error
 from uopc.dtype import AddrSpace, PtrDType, dtypes
 from uopc.ops import AxisType, Ops
+from uopc.rewrite import substitute
 from uopc.stages.tensor_cores import CUDA_TENSOR_CORES, WARP_SIZE, TensorCore
 from uopc.symbolic import simplify
 from uopc.uop import UOp
@@ -542,14 +543,6 @@ def _pick_tensor_core(g: _Gemm, caps: TargetCaps, choice: int) -> TensorCore:
   return tc
 
 
-def _substitute(root: UOp, new: Mapping[UOp, UOp]) -> UOp:
-  memo: dict[UOp, UOp] = {}
-  for u in root.toposort():
-    src = tuple(memo[s] for s in u.src)
-    memo[u] = new[u] if u in new else u if src == u.src else u.replace(src=src)
-  return memo[root]
-
-
 TC_WARP_TILES = ((2, 4), (2, 2), (1, 2), (1, 1))  # tensor-core tiles per warp (along m, n): the first that divides
 
 
@@ -570,7 +563,7 @@ def _tensor_core(sink: UOp, opt: Opt, caps: TargetCaps, trace: Trace | None) -> 
     return simplify(tile.alu(Ops.MUL, UOp.const(idx, size)).alu(Ops.ADD, part).alu(Ops.ADD, UOp.const(idx, offset)))
   def row(i: int, dm: int) -> UOp: return at(m, tm * wm, group, tm * i + dm)
   def fragment(load: UOp, places) -> UOp:
-    return UOp(Ops.STACK, load.dtype.vec(len(places)), tuple(_substitute(load, dict(p)) for p in places))
+    return UOp(Ops.STACK, load.dtype.vec(len(places)), tuple(substitute(load, dict(p)) for p in places))
   a = [fragment(g.a, [((g.m, row(i, dm)), (g.k, at(k, tk, pair, dk))) for dm, dk in tc.a]) for i in range(wm)]
   b = [fragment(g.b, [((g.k, at(k, tk, pair, dk)), (g.n, at(n, tn * wn, group, tn * j + dn))) for dk, dn in tc.b]) for j in range(wn)]
   tiles = [(i, j) for i in range(wm) for j in range(wn)]
@@ -591,7 +584,7 @@ def _tensor_core(sink: UOp, opt: Opt, caps: TargetCaps, trace: Trace | None) -> 
     (i, j), (dm, dn) = tiles[t], tc.c[e]
     total = UOp(Ops.LOAD, vec, (tile_of(done, t),))
     places = {g.result: UOp(Ops.GEP, tc.acc, (total,), e), g.m: row(i, dm), g.n: at(n, tn * wn, pair, tn * j + dn)}
-    return _substitute(body, places).src
+    return substitute(body, places).src
   out = UOp(Ops.GROUP, dtypes.void, tuple(x for t in range(len(tiles)) for e in range(c) for x in epilogue(t, e)))
   for r in (lane, n, m): out = UOp(Ops.END, dtypes.void, (out, r))
   out = UOp(Ops.SINK, dtypes.void, (out,))
