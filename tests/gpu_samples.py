@@ -1,5 +1,6 @@
-"""The sample comparison every GPU target's tests share: each sample's entries run on the C target's
-library, on random inputs, give the expected buffers that the GPU library must reproduce."""
+"""What every GPU target's tests share: calling an entry of a built library on device copies of numpy
+arrays (`call`), and the sample comparison (each sample's entries run on the C target's library, on
+random inputs, give the expected buffers that the GPU library must reproduce)."""
 from __future__ import annotations
 
 import ctypes
@@ -19,6 +20,27 @@ ROOT = pathlib.Path(__file__).resolve().parent.parent
 # value lands is unspecified on a GPU (on a CPU the loop's last iteration wins), so no result can be compared
 RACY_SAMPLES = {"seed001_special.uop"}
 SAMPLES = sorted(p.name for p in (ROOT / "samples").glob("*.uop") if p.name not in RACY_SAMPLES)
+
+
+def call(device, lib: ctypes.CDLL, lib_name: str, entry: EntryKernels, arrays: list[np.ndarray],
+         variables: dict[str, int] | None = None) -> list[np.ndarray]:
+  """Run `entry` on device copies of `arrays` (its buffers by slot) and return them as they come back.
+  `device` uploads, downloads and frees (the CUDA driver's or HIP's test wrapper); the last argument,
+  the stream, is the default one."""
+  args = entry_args(entry)
+  bufs = [a for a in args if a.kind == "buffer"]
+  assert len(bufs) == len(arrays)
+  ptrs = [device.upload(a) for a in arrays]
+  values = [ctypes.c_void_p(p) for p in ptrs] + [ctypes.c_int64(variables[a.key]) for a in args if a.kind == "var"]
+  fn = getattr(lib, f"{c_identifier(lib_name)}_{entry.name}")
+  fn.argtypes = [ctypes.c_void_p] * len(bufs) + [ctypes.c_int64] * (len(args) - len(bufs)) + [ctypes.c_void_p]
+  status = fn(*values, None)
+  strerror = getattr(lib, f"{c_identifier(lib_name)}_strerror")
+  strerror.restype = ctypes.c_char_p
+  assert status == 0, strerror(status).decode()
+  results = [device.download(p, a) for p, a in zip(ptrs, arrays)]
+  for p in ptrs: device.free(p)
+  return results
 
 
 @dataclass

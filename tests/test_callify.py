@@ -5,7 +5,8 @@ import numpy as np
 import pytest
 
 from tensor_ref import run_func
-from test_cuda_gpu import call, gpu  # noqa: F401 (gpu: a fixture)
+from gpu_samples import call
+from test_cuda_gpu import gpu  # noqa: F401 (a fixture)
 from uopc.frontend import load_module
 from uopc.launcher import entry_args
 from uopc.pipeline import compile_module

@@ -21,12 +21,12 @@ import sys
 import numpy as np
 import pytest
 
-from gpu_samples import SAMPLES, assert_matches, c_target_runs
+from gpu_samples import SAMPLES, assert_matches, c_target_runs, call
 from test_c_ops import CASES, mismatches
 from test_llvm_ops import seed_comparisons
 from uopc.dtype import AddrSpace, dtypes
 from uopc.driver import BuildOptions, build
-from uopc.launcher import EntryKernels, c_identifier, entry_args, kernel_name
+from uopc.launcher import EntryKernels, c_identifier, kernel_name
 from uopc.ops import AxisType, Ops
 from uopc.stages.isel import capabilities, isel
 from uopc.stages.linearize import linearize
@@ -95,25 +95,6 @@ def kernel_entry(lib_name: str, entry: str, sinks: list[UOp], workspace=None) ->
   prefix = c_identifier(lib_name)
   kernels = tuple(render_kernel(linearize(isel(s, capabilities("cuda"))), kernel_name(prefix, entry, i)) for i, s in enumerate(sinks))
   return EntryKernels(entry, kernels, workspace)
-
-
-def call(gpu: Driver, lib: ctypes.CDLL, lib_name: str, entry: EntryKernels, arrays: list[np.ndarray],
-         variables: dict[str, int] | None = None) -> list[np.ndarray]:
-  """Run `entry` on device copies of `arrays` (its buffers by slot) and return them as they come back."""
-  args = entry_args(entry)
-  bufs = [a for a in args if a.kind == "buffer"]
-  assert len(bufs) == len(arrays)
-  ptrs = [gpu.upload(a) for a in arrays]
-  values = [ctypes.c_uint64(p) for p in ptrs] + [ctypes.c_int64(variables[a.key]) for a in args if a.kind == "var"]
-  fn = getattr(lib, f"{c_identifier(lib_name)}_{entry.name}")
-  fn.argtypes = [ctypes.c_uint64] * len(bufs) + [ctypes.c_int64] * (len(args) - len(bufs)) + [ctypes.c_void_p]
-  status = fn(*values, None)
-  strerror = getattr(lib, f"{c_identifier(lib_name)}_strerror")
-  strerror.restype = ctypes.c_char_p
-  assert status == 0, strerror(status).decode()
-  results = [gpu.download(p, a) for p, a in zip(ptrs, arrays)]
-  for p in ptrs: gpu.free(p)
-  return results
 
 
 # ---- every op and dtype ----------------------------------------------------------------------------------------------

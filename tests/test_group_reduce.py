@@ -18,7 +18,8 @@ import pytest
 
 import uopc.pipeline
 from test_amd_codeobj import LLVM_MC
-from test_cuda_gpu import call, gpu  # noqa: F401 (gpu: a fixture)
+from gpu_samples import call
+from test_cuda_gpu import gpu  # noqa: F401 (a fixture)
 from test_cuda_ptx import needs_ptxas, ptxas_accepts
 from test_metal import metal_syntax_errors, needs_clang
 from test_optimize import GPU, C, kernels_of, program, reduction

@@ -13,7 +13,8 @@ import ml_dtypes
 import numpy as np
 import pytest
 
-from test_cuda_gpu import call, gpu  # noqa: F401 (gpu: a fixture)
+from gpu_samples import call
+from test_cuda_gpu import gpu  # noqa: F401 (a fixture)
 from test_cuda_ptx import filecheck, needs_ptxas, ptxas_accepts
 from test_group_reduce import emulated
 from test_optimize import GPU, C, kernels_of, program
