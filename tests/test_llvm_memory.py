@@ -6,13 +6,38 @@ from __future__ import annotations
 import subprocess
 import sys
 import textwrap
-from pathlib import Path
 
 import numpy as np
 
 from uopc.driver import BuildOptions, build
 
-KERNELS = Path(__file__).parent / "llvm_kernels"
+SHIFT = """
+kernel shift {
+  %out = PARAM {(0, "out")} : ptr<f32>
+  %x = PARAM {(1, "x")} : ptr<f32>
+  %n = DEFINE_VAR {("n", 1, 1000000)}
+  %r = RANGE(%n) {(0, AxisType.LOOP)}
+  %next = ADD(%r, 1)
+  %ok = CMPLT(%next, %n)
+  %px = INDEX(%x, %next)
+  %v = LOAD(%px, -1.0, %ok) : f32
+  %po = INDEX(%out, %r)
+  STORE(%po, %v)
+}
+"""
+
+EVENS = """
+kernel evens {
+  %out = PARAM {(0, "out")} : ptr<i32>
+  %n = DEFINE_VAR {("n", 0, 1000000)}
+  %r = RANGE(%n) {(0, AxisType.LOOP)}
+  %half = MOD(%r, 2)
+  %even = CMPNE(%half, 1)
+  %c = CAST(%r) : i32
+  %po = INDEX(%out, %r)
+  STORE(%po, %c, %even)
+}
+"""
 
 # Runs in a child process: a wrong read crashes it, not the test run. The input's last element is the
 # last float of a readable page; the next page is made unreadable with mprotect.
@@ -37,14 +62,15 @@ GUARD_PAGE_CHILD = textwrap.dedent("""
 """)
 
 
-def built(tmp_path, name: str):
-  """libNAME.so of tests/llvm_kernels/NAME.uop (test_llvm_render.py checks the IR of shift.uop)."""
-  build(KERNELS / f"{name}.uop", BuildOptions(target="llvm", out_dir=tmp_path))
+def built(tmp_path, name: str, text: str):
+  src = tmp_path / f"{name}.uop"
+  src.write_text(text)
+  build(src, BuildOptions(target="llvm", out_dir=tmp_path))
   return tmp_path / f"lib{name}.so"
 
 
 def test_gated_load_does_not_read_past_the_end(tmp_path):
-  lib = built(tmp_path, "shift")
+  lib = built(tmp_path, "shift", SHIFT)
   done = subprocess.run([sys.executable, "-c", GUARD_PAGE_CHILD, str(lib)], capture_output=True, text=True)
   assert done.returncode == 0, done.stderr
   assert done.stdout.split() == ["62.0", "63.0", "-1.0"]  # x[i + 1], and the alt where i + 1 == n
@@ -52,7 +78,7 @@ def test_gated_load_does_not_read_past_the_end(tmp_path):
 
 def test_gated_store_writes_only_where_the_gate_holds(tmp_path):
   import ctypes
-  lib = ctypes.CDLL(str(built(tmp_path, "evens")))
+  lib = ctypes.CDLL(str(built(tmp_path, "evens", EVENS)))
   out = np.full(10, -7, np.int32)
   fn = lib.evens_evens
   fn.argtypes = [ctypes.c_void_p, ctypes.c_int64]

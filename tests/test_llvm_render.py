@@ -1,7 +1,7 @@
 """FileCheck tests of the LLVM IR renderer: how each target lowers threads, barriers, LDS, gated memory,
 the dtypes that differ between registers and memory, and the ops whose semantics SPEC-NOTES pins; and
 the errors it reports instead of rendering something wrong. Every rendered module is also parsed and
-verified by LLVM. Most kernels are files in tests/llvm_kernels/."""
+verified by LLVM."""
 from __future__ import annotations
 
 import shutil
@@ -11,6 +11,7 @@ from pathlib import Path
 
 import pytest
 
+from test_llvm_memory import SHIFT  # the gated load that test runs against a guard page
 from uopc.diagnostics import CompileError, Loc
 from uopc.frontend import parse_source
 from uopc.stages.linearize import linearize
@@ -19,16 +20,67 @@ from uopc.targets.llvm.render import render_kernel, render_module
 
 ROOT = Path(__file__).resolve().parents[1]
 
-KERNELS = ROOT / "tests" / "llvm_kernels"
+LDS_REDUCE = """
+kernel tile_sum {
+  %out = PARAM {(0, "out")} : ptr<f32>
+  %x = PARAM {(1, "x")} : ptr<f32>
+  %tile = BUFFER {(2, "tile")} : ptr<f32, local, 64>
+  %g = SPECIAL(4) {"gidx0"} : index
+  %l = SPECIAL(64) {"lidx0"} : index
+  %row = MUL(%g, 64)
+  %i = ADD(%row, %l)
+  %p1 = INDEX(%x, %i)
+  %v = LOAD(%p1)
+  %p2 = INDEX(%tile, %l)
+  %st = STORE(%p2, %v)
+  %b = BARRIER(%st)
+  %t = AFTER(%tile, %b)
+  %p3 = INDEX(%t, 0)
+  %first = LOAD(%p3)
+  %p4 = INDEX(%out, %i)
+  STORE(%p4, %first)
+}
+"""
 
+FLAT = """
+kernel flat {
+  %out = PARAM {(0, "out")} : ptr<i32>
+  %n = DEFINE_VAR {("n", 1, 100000)}
+  %i = SPECIAL(%n) {"idx0"} : index
+  %c = CAST(%i) : i32
+  %p7 = INDEX(%out, %i)
+  STORE(%p7, %c)
+}
+"""
 
-def kernel_text(name: str) -> str: return (KERNELS / f"{name}.uop").read_text()
-
-
-LDS_REDUCE = kernel_text("tile_sum")
-GATED = kernel_text("shift")  # test_llvm_memory.py runs it against a guard page
-FLAT = kernel_text("flat")
-SEMANTICS = kernel_text("semantics")
+SEMANTICS = """
+kernel sem {
+  %o = PARAM {(0, "o")} : ptr<bool>
+  %q = PARAM {(1, "q")} : ptr<i32>
+  %u = PARAM {(2, "u")} : ptr<u32>
+  %m = PARAM {(3, "m")} : ptr<f32>
+  %a = PARAM {(4, "a")} : ptr<f32>
+  %r = RANGE(8) {(0, AxisType.LOOP)}
+  %p8 = INDEX(%a, %r)
+  %x = LOAD(%p8)
+  %ne = CMPNE(%x, %x)
+  %p9 = INDEX(%o, %r)
+  STORE(%p9, %ne)
+  %xi = CAST(%x) : i32
+  %d = IDIV(%xi, 3)
+  %s = SHR(%d, 1)
+  %p10 = INDEX(%q, %r)
+  STORE(%p10, %s)
+  %xu = CAST(%x) : u32
+  %du = IDIV(%xu, 3)
+  %su = SHR(%du, 1)
+  %p11 = INDEX(%u, %r)
+  STORE(%p11, %su)
+  %mx = MAX(%x, 0.0)
+  %p12 = INDEX(%m, %r)
+  STORE(%p12, %mx)
+}
+"""
 
 
 def kernel_of(text: str, target: str, arch: str | None = None):
@@ -98,7 +150,7 @@ def test_host_refuses_a_barrier_between_thread_loop_iterations():
 
 
 def test_gated_load_reads_memory_only_when_the_gate_holds():
-  filecheck(rendered(GATED), """
+  filecheck(rendered(SHIFT), """
 CHECK: [[BEFORE:body.[0-9]+]]:
 CHECK: [[GATE:%[a-z.0-9]+]] = icmp slt i64
 CHECK-NEXT: br i1 [[GATE]], label %[[LOAD:load.[0-9]+]], label %[[DONE:loaded.[0-9]+]]
@@ -146,7 +198,18 @@ CHECK: call float @llvm.maximum.f32
 
 
 def test_bool_loads_are_bytes_compared_with_zero():
-  filecheck(rendered(kernel_text("nots")), """
+  text = """
+kernel nots {
+  %o = PARAM {(0, "o")} : ptr<bool>
+  %i = PARAM {(1, "i")} : ptr<bool>
+  %p13 = INDEX(%i, 0)
+  %v = LOAD(%p13)
+  %n = NOT(%v)
+  %p14 = INDEX(%o, 0)
+  STORE(%p14, %n)
+}
+"""
+  filecheck(rendered(text), """
 CHECK: [[B:%[a-z.0-9]+]] = load i8
 CHECK-NEXT: [[V:%[a-z.0-9]+]] = icmp ne i8 [[B]], zeroinitializer
 CHECK-NEXT: xor i1 [[V]], true
@@ -154,7 +217,20 @@ CHECK-NEXT: xor i1 [[V]], true
 
 
 def test_register_buffers_are_private_allocas_on_amdgpu():
-  filecheck(rendered(kernel_text("acc"), "amdgcn", "gfx942"), """
+  text = """
+kernel acc {
+  %o = PARAM {(0, "o")} : ptr<f32>
+  %acc = BUFFER {(1, "acc")} : ptr<f32, reg, 1>
+  %p15 = INDEX(%acc, 0)
+  %z = STORE(%p15, 0.0)
+  %a = AFTER(%acc, %z)
+  %p16 = INDEX(%a, 0)
+  %v = LOAD(%p16)
+  %p17 = INDEX(%o, 0)
+  STORE(%p17, %v)
+}
+"""
+  filecheck(rendered(text, "amdgcn", "gfx942"), """
 CHECK: %acc.buf = alloca [1 x float], align 16, addrspace(5)
 CHECK: store float 0x0000000000000000, ptr addrspace(5)
 """)
@@ -180,11 +256,35 @@ kernel t {{
 
 
 def test_amdgpu_keeps_correctly_rounded_sqrt():
-  filecheck(rendered(kernel_text("square_root"), "amdgcn", "gfx1100"), "CHECK: call float @llvm.sqrt.f32\n")
+  text = """
+kernel s {
+  %o = PARAM {(0, "o")} : ptr<f32>
+  %p20 = INDEX(%o, 0)
+  %x = LOAD(%p20)
+  %p21 = INDEX(%o, 0)
+  %p22 = SQRT(%x)
+  STORE(%p21, %p22)
+}
+"""
+  filecheck(rendered(text, "amdgcn", "gfx1100"), "CHECK: call float @llvm.sqrt.f32\n")
 
 
 def test_vectors_load_build_and_split():
-  filecheck(rendered(kernel_text("vectors")), """
+  text = """
+kernel v {
+  %o = PARAM {(0, "o")} : ptr<f32>
+  %x = PARAM {(1, "x")} : ptr<f32>
+  %p23 = INDEX(%x, 0)
+  %v = LOAD(%p23) : f32x4
+  %w = ADD(%v, %v)
+  %a = GEP(%w) {(3,)} : f32
+  %b = GEP(%w) {(0,)} : f32
+  %s = STACK(%a, %b, %a, %b) : f32x4
+  %p24 = INDEX(%o, 0)
+  STORE(%p24, %s)
+}
+"""
+  filecheck(rendered(text), """
 CHECK: load <4 x float>, ptr {{.*}}, align 4
 CHECK: fadd <4 x float>
 CHECK: extractelement <4 x float> {{.*}}, i32 3
@@ -199,7 +299,27 @@ def test_renderer_output_is_deterministic():
 
 
 def test_buffers_sharing_a_name_get_distinct_storage():
-  filecheck(rendered(kernel_text("twice")), """
+  text = """
+kernel twice {
+  %o = PARAM {(0, "o")} : ptr<f32>
+  %a = BUFFER {(1, "acc")} : ptr<f32, reg, 1>
+  %b = BUFFER {(2, "acc")} : ptr<f32, reg, 2>
+  %pa = INDEX(%a, 0)
+  %sa = STORE(%pa, 1.0)
+  %pb = INDEX(%b, 1)
+  %sb = STORE(%pb, 2.0)
+  %aa = AFTER(%a, %sa)
+  %ab = AFTER(%b, %sb)
+  %qa = INDEX(%aa, 0)
+  %qb = INDEX(%ab, 1)
+  %va = LOAD(%qa)
+  %vb = LOAD(%qb)
+  %s = ADD(%va, %vb)
+  %po = INDEX(%o, 0)
+  STORE(%po, %s)
+}
+"""
+  filecheck(rendered(text), """
 CHECK-DAG: %acc.buf = alloca [1 x float]
 CHECK-DAG: %acc.2.buf = alloca [2 x float]
 """)
@@ -234,7 +354,22 @@ CHECK: %lidx0 = phi i64
 
 def test_program_names_never_clash_with_labels_or_loop_counters():
   """Buffers named like the renderer's own names (entry, exit, loop counters) still give valid IR."""
-  filecheck(rendered(kernel_text("clash")), """
+  text = """
+kernel clash {
+  %exit = PARAM {(0, "exit")} : ptr<i32>
+  %entry = PARAM {(1, "entry")} : ptr<i32>
+  %ridx0 = PARAM {(2, "ridx0")} : ptr<i32>
+  %r = RANGE(4) {(0, AxisType.LOOP)}
+  %pe = INDEX(%entry, %r)
+  %v = LOAD(%pe)
+  %pr = INDEX(%ridx0, %r)
+  %w = LOAD(%pr)
+  %s = ADD(%v, %w)
+  %px = INDEX(%exit, %r)
+  STORE(%px, %s)
+}
+"""
+  filecheck(rendered(text), """
 CHECK: define hidden void @clash(ptr noalias %exit, ptr noalias readonly %entry, ptr noalias readonly %ridx0)
 CHECK: %ridx0.{{[0-9]+}} = phi i64
 """)
