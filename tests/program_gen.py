@@ -1,7 +1,7 @@
 """Hypothesis strategies for random, valid tensor programs (`func` entries) with their expected results.
 
 `programs()` draws a `Program`: the `.uop` text of one `func` entry (movement ops, elementwise ops,
-reductions, casts, WHERE and gated STOREs over a few small tensors) and, computed alongside with
+reductions, casts, WHERE and gated STOREs, into new outputs or into inputs, over a few small tensors) and, computed alongside with
 numpy alone, the inputs and the exact values every output must hold. Nothing here imports the
 compiler: the expectations follow SPEC-NOTES (wrapping integers, truncating IDIV, MOD with the
 dividend's sign, float16/bfloat16 computed in float32 and rounded once, REDUCE accumulating in the
@@ -126,8 +126,8 @@ class Program:
   name: str
   lines: list[str] = field(default_factory=list)
   inputs: dict[str, np.ndarray] = field(default_factory=dict)    # PARAM name -> its contents
-  outputs: dict[str, np.ndarray] = field(default_factory=dict)   # PARAM name -> the expected contents after the run
-  out_init: dict[str, np.ndarray] = field(default_factory=dict)  # PARAM name -> contents before the run
+  outputs: dict[str, np.ndarray] = field(default_factory=dict)   # PARAM name (an input's too) -> the expected contents after the run
+  out_init: dict[str, np.ndarray] = field(default_factory=dict)  # output PARAM name -> contents before the run
 
   def text(self) -> str: return f"func {self.name} {{\n" + "".join(f"  {l}\n" for l in self.lines) + "}\n"
 
@@ -145,6 +145,7 @@ class _Builder:
     self.values: list[Value] = []
     self.slot = itertools.count()
     self.tmp = itertools.count()
+    self.stores = itertools.count(1)
 
   def emit(self, text: str, dt: str, value: np.ndarray) -> Value:
     v = Value(f"%v{next(self.tmp)}", dt, np.asarray(value))
@@ -288,14 +289,20 @@ class _Builder:
     self.emit(f"REDUCE({v.name}) {{({op}, {text})}}", v.dt, reduce(op, v.dt, v.value, axes))
 
   # ---- outputs ----
-  def store(self, v: Value, gated: bool) -> str:
-    name = f"out{len(self.prog.outputs)}"
-    self.prog.lines.append(f"%{name} = PARAM({_dims(v.shape)}) {{({next(self.slot)}, \"{name}\")}} : {v.dt}")
-    before = self.random_array(v.dt, v.shape)
+  def store(self, v: Value, gated: bool, in_place: bool) -> str:
+    """STORE v into a new output PARAM or (in_place) into an input of its shape and dtype, if there is one:
+    the program then reads that input as it was on entry while it overwrites it."""
+    target = self.pick(lambda p: p.name[1:] in self.prog.inputs and p.dt == v.dt and p.shape == v.shape) if in_place else None
+    if target is None:
+      name = f"out{len(self.prog.out_init)}"
+      self.prog.lines.append(f"%{name} = PARAM({_dims(v.shape)}) {{({next(self.slot)}, \"{name}\")}} : {v.dt}")
+      self.prog.out_init[name] = self.random_array(v.dt, v.shape)
+    else: name = target.name[1:]
+    before = self.prog.outputs.get(name, self.prog.out_init.get(name, self.prog.inputs.get(name)))
     gate = self.pick(lambda g: g.dt == "bool" and g.shape == v.shape) if gated else None
     after = np.where(gate.value, v.value, before) if gate is not None else v.value
-    self.prog.out_init[name], self.prog.outputs[name] = before, np.asarray(after, before.dtype)
-    st_name = f"%st{len(self.prog.outputs)}"
+    self.prog.outputs[name] = np.asarray(after, before.dtype)
+    st_name = f"%st{next(self.stores)}"
     self.prog.lines.append(f"{st_name} = STORE(%{name}, {v.name}{', ' + gate.name if gate is not None else ''})")
     return st_name
 
@@ -313,6 +320,6 @@ def programs(draw, name: str = "p", max_ops: int = 10) -> Program:
   for _ in range(draw(st.integers(3, max_ops))): getattr(b, draw(st.sampled_from(OPS)))()
   root = b.values[-1] if b.values[-1].name.startswith("%v") else b.cast(b.values[-1], "bool")  # store a computed value
   extra = b.pick(lambda v: v.name.startswith("%v") and v is not root) if draw(st.booleans()) else None
-  stores = [b.store(v, draw(st.booleans())) for v in (root, extra) if v is not None]
+  stores = [b.store(v, draw(st.booleans()), draw(st.booleans())) for v in (root, extra) if v is not None]
   b.prog.lines.append(f"SINK({', '.join(stores)})")
   return b.prog

@@ -4,6 +4,8 @@ Written from the seed's op table alone, sharing nothing with the compiler's stag
 numpy call on whole arrays, so a test's expected values never come from the code under test.
 `run_func(sink, arrays, variables)` runs a `func` entry: PARAMs are looked up by name in `arrays`
 (outputs too: STORE writes into them in place) and DEFINE_VARs by name in `variables`.
+A buffer is read as of a moment (uopc's rule, the README's "Writing a buffer that is also read"): read
+plainly, its value on entry; through `AFTER(buf, STORE(buf, ..))`, the value that STORE wrote.
 """
 from __future__ import annotations
 
@@ -47,6 +49,9 @@ _REDUCE = {Ops.ADD: np.sum, Ops.MUL: np.prod, Ops.MAX: np.max}
 class _Evaluator:
   def __init__(self, arrays: dict, variables: dict):
     self.arrays, self.variables = arrays, variables
+    self.entry = {name: a.copy() for name, a in arrays.items()}  # the values plain reads see
+    self.buffers: dict[UOp, np.ndarray] = {}                     # BUFFERs' contents, as STOREs write them
+    self.written: dict[UOp, np.ndarray] = {}                     # STORE -> a copy of what it wrote
     self.values: dict[UOp, object] = {}
     self.args: tuple | None = None  # the argument values, while evaluating a FUNCTION body
 
@@ -60,7 +65,7 @@ class _Evaluator:
   def compute(self, u: UOp):
     op, src = u.op, u.src
     if op is Ops.PARAM and self.args is not None: return self.args[u.arg[0]]
-    if op is Ops.PARAM: return self.arrays[u.arg[1]]
+    if op is Ops.PARAM: return self.entry[u.arg[1]]
     if op is Ops.BUFFER: return np.zeros(self.dims(src[0]), np_dtype(u.dtype))
     if op is Ops.DEFINE_VAR: return np.int64(self.variables[u.arg[0]])
     if op is Ops.CONST: return np.array(u.arg, np_dtype(u.dtype))
@@ -72,7 +77,9 @@ class _Evaluator:
     if op in GroupOp.Markers or op is Ops.LOAD: return np.array(self.eval(src[0]))
     if op is Ops.AFTER:
       for d in src[1:]: self.eval(d)
-      return self.eval(src[0])
+      deps = [s for d in src[1:] for s in (d.src if d.op is Ops.GROUP else (d,))]
+      writes = [d for d in deps if d.op is Ops.STORE and _base(d.src[0]) is _base(u)]
+      return self.written[writes[-1]] if writes else self.eval(src[0])
     if op in (Ops.SINK, Ops.GROUP):
       for s in src: self.eval(s)
       return None
@@ -97,9 +104,14 @@ class _Evaluator:
     return out.reshape(x.shape[:-1] + (-1,)) if x.ndim else out.reshape(())
 
   def store(self, u: UOp):
-    buf, val = self.eval(u.src[0]), np.broadcast_to(self.eval(u.src[1]), self.eval(u.src[0]).shape)
+    self.eval(u.src[0])  # the target's AFTERs: their dependencies run first
+    target = _base(u.src[0])
+    buf = self.arrays[target.arg[1]] if target.op is Ops.PARAM else \
+      self.buffers.setdefault(target, np.zeros(self.dims(target.src[0]), np_dtype(target.dtype)))
+    val = np.broadcast_to(self.eval(u.src[1]), buf.shape)
     if len(u.src) > 2: val = np.where(self.eval(u.src[2]), val, buf)
     buf[...] = val
+    self.written[u] = buf.copy()
     return None
 
   def call(self, fn: UOp, i: int):
@@ -134,6 +146,12 @@ class _Evaluator:
       out.append(a.reshape((1,) * pos + a.shape + (1,) * (n_axes - pos - a.ndim)))
       pos += a.ndim
     return tuple(out)
+
+
+def _base(u: UOp) -> UOp:
+  """The buffer under AFTERs."""
+  while u.op is Ops.AFTER: u = u.src[0]
+  return u
 
 
 def run_func(sink: UOp, arrays: dict[str, np.ndarray], variables: dict[str, int] | None = None) -> dict[str, np.ndarray]:

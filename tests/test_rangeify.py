@@ -122,13 +122,12 @@ def prefix_sum_program(n, dt=i32):
 
 
 def inputs_for(prog_sink, rng, variables=None):
-  """Random inputs for every PARAM that is read, zeros for those only written."""
-  written = {u.src[0] for u in prog_sink.toposort() if u.op is Ops.STORE}
+  """Random contents for every PARAM (those only written too: a STORE must overwrite them)."""
   out = {}
   for p in (u for u in prog_sink.toposort() if u.op is Ops.PARAM):
     shape = tuple(d if isinstance(d, int) else variables[d.arg[0]] for d in p.shape)
     dt = np_dtype(p.dtype)
-    out[p.arg[1]] = np.zeros(shape, dt) if p in written else (rng.standard_normal(shape).astype(dt) if p.dtype.is_float() else rng.integers(-5, 6, shape).astype(dt))
+    out[p.arg[1]] = rng.standard_normal(shape).astype(dt) if p.dtype.is_float() else rng.integers(-5, 6, shape).astype(dt)
   return out
 
 
@@ -278,6 +277,65 @@ def test_assign_then_read_after_runs_in_order():
   after = UOp(Ops.AFTER, f32, (x, st))
   prog = check(sink(UOp(Ops.GROUP, dtypes.void, (store(out, after.alu(Ops.MUL, const(2.0))),))))
   assert len(prog.kernels) == 2
+
+
+# ---- writing a buffer that is also read (the module docstring's part 3) -----------------------------------
+def after(buf, *deps): return UOp(Ops.AFTER, buf.dtype, (buf, *deps))
+
+
+def copies(prog) -> int:
+  """How many kernels only copy a buffer (the snapshots): a LOAD stored as it is."""
+  return sum(1 for k in prog.kernels for u in k.toposort() if u.op is Ops.STORE and u.src[1].op is Ops.LOAD)
+
+
+def test_elementwise_store_into_an_input_runs_in_place():
+  x, y = param(0, "x", (4, 6)), param(1, "y", (6,))
+  prog = check(sink(store(x, x.alu(Ops.MUL, y).alu(Ops.ADD, x))))
+  assert len(prog.kernels) == 1 and not prog.intermediates
+
+
+def test_store_reading_its_target_elsewhere_reads_a_snapshot():
+  x = param(0, "x", (5, 5))
+  prog = check(sink(store(x, permute(x, (1, 0)).alu(Ops.ADD, x))))
+  assert len(prog.kernels) == 2 and copies(prog) == 1 and len(prog.intermediates) == 1
+
+
+def test_softmax_in_place_reads_its_rows_from_a_snapshot():
+  x = param(0, "x", (3, 7))
+  mx = expand(reduce(x, Ops.MAX, (1,)), (3, 7))
+  e = exp(x.alu(Ops.SUB, mx))
+  prog = check(sink(store(x, e.alu(Ops.DIV, expand(reduce(e, Ops.ADD, (1,)), (3, 7))))))
+  assert copies(prog) == 1
+
+
+def test_plain_read_after_a_store_sees_the_value_on_entry():
+  x, y = param(0, "x", (6,)), param(1, "y", (6,))
+  prog = check(sink(store(x, x.alu(Ops.ADD, const(1.0))), store(y, x.alu(Ops.MUL, x))))
+  assert copies(prog) == 1
+
+
+def test_plain_read_before_the_store_needs_no_snapshot():
+  x, y = param(0, "x", (6,)), param(1, "y", (6,))
+  prog = check(sink(store(y, x.alu(Ops.MUL, x)), store(x, x.alu(Ops.ADD, const(1.0)))))
+  assert len(prog.kernels) == 2 and copies(prog) == 0
+
+
+def test_after_reads_the_version_its_store_wrote():
+  """x += 1, x *= 2, and out reads the x of after the first store, which the second has replaced."""
+  x, out = param(0, "x", (4, 3)), param(1, "out", (4, 3))
+  st1 = store(x, x.alu(Ops.ADD, const(1.0)))
+  st2 = store(after(x, st1), after(x, st1).alu(Ops.MUL, const(2.0)))
+  prog = check(sink(st1, st2, store(out, after(x, st1).alu(Ops.SUB, after(x, st2)))))
+  assert copies(prog) == 1
+
+
+def test_call_argument_is_the_version_it_names():
+  a = param(0, "a", (3,))
+  body = UOp(Ops.TUPLE, dtypes.void, (a.alu(Ops.MUL, const(3.0)),))
+  x, out = param(0, "x", (3,)), param(1, "out", (3,))
+  st = store(x, x.alu(Ops.ADD, const(1.0)))
+  call = UOp(Ops.CALL, dtypes.void, (body, x))
+  check(sink(st, store(out, UOp(Ops.GETTUPLE, f32, (call,), 0))))
 
 
 def test_markers_are_identities():

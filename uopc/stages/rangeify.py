@@ -26,6 +26,16 @@
    AFTER on those RANGEs), `RANGE(.., REDUCE)` loops over the reduced axes with the update STORE, END,
    and a LOAD after the END.
 
+3. Writing a buffer that is also read. A tensor program reads a buffer's value as of a moment: a
+   PARAM or BUFFER read plainly is its value on entry, `AFTER(buf, STORE(buf, ..))` the value that
+   STORE wrote (a *version* of the buffer). Kernels run in program order, so a read sees the version
+   it names as long as no later STORE has replaced it, and a kernel may load and store one buffer
+   when it loads each element only where it stores that element (`x = x + y` in place: one pass, no
+   copy). Otherwise the buffer is *snapshot*: a copy kernel saves the version before the STORE that
+   replaces it, and the reads of that version load the copy (`x = x.T`, or `x = x + 1` then
+   `y = x * x` on the x of entry). Which STOREs need a snapshot is found by lowering, as for fusion:
+   a read found to need one raises, and the program is lowered again with it.
+
 An opaque CALL (kept by Callify) is a reusable kernel: its body is rangeified once, as a program of
 its own whose PARAM k is formal k and whose PARAMs after the last formal are its results, and every
 call site launches those kernels with that site's buffers: its arguments (realized into buffers),
@@ -278,7 +288,7 @@ class _Kernel:
 
   def lower(self, u: UOp, idx: tuple[UOp, ...], valid: UOp | None) -> UOp:
     """The scalar value of tensor `u` at `idx` (loads gated by `valid`), reading realized values."""
-    if (buf := self.program.buffer_of.get(u)) is not None: return self.load(buf, idx, valid)
+    if u in self.program.buffer_of: return self.load(self.program.read(u, None), idx, valid)
     return self.define(u, idx, valid)
 
   def define(self, u: UOp, idx: tuple[UOp, ...], valid: UOp | None) -> UOp:
@@ -298,6 +308,8 @@ class _Kernel:
         # outside `valid` (a PAD's fill) the loads read their alt value 0: divide by 1 there, not by 0 (UB)
         lowered = (lowered[0], UOp(Ops.WHERE, lowered[1].dtype, (valid, lowered[1], UOp.const(lowered[1].dtype, 1))))
       return u.replace(src=lowered)
+    if op is Ops.AFTER and (base := _strip_after(u)) in self.program.buffer_of:
+      return self.load(self.program.read(base, _version(u)), idx, valid)
     if op in GroupOp.Markers or op in (Ops.AFTER, Ops.LOAD): return self.lower(src[0], idx, valid)
     if op is Ops.REDUCE:
       if u in self.program.fusing: self.check_fused(u, idx, valid)
@@ -406,9 +418,44 @@ def _strip_after(u: UOp) -> UOp:
   return u
 
 
+def _version(u: UOp) -> UOp | None:
+  """The version of a buffer that reading `u` (the buffer under AFTERs) sees: the last STORE to it among
+  the dependencies of the outermost AFTER that has one (directly or in a GROUP); None: its value on entry."""
+  base = _strip_after(u)
+  while u.op is Ops.AFTER:
+    deps = [s for d in u.src[1:] for s in (d.src if d.op is Ops.GROUP else (d,))]
+    if writes := [d for d in deps if d.op is Ops.STORE and _strip_after(d.src[0]) is base]: return writes[-1]
+    u = u.src[0]
+  return None
+
+
+def _slot(index: UOp) -> int | None:
+  """The slot of the pointer PARAM an INDEX addresses (None for an accumulator)."""
+  return index.src[0].arg[0] if index.src[0].op is Ops.PARAM else None
+
+
+def _loads_elsewhere(sink: UOp, buf: BufferInfo) -> bool:
+  """Does a kernel load an element of `buf` at another index than the ones it stores? (Then an
+  iteration could read an element that another has already overwritten.)"""
+  nodes = sink.toposort()
+  stored_at = {u.src[0] for u in nodes if u.op is Ops.STORE and _slot(u.src[0]) == buf.slot}
+  return any(u.op is Ops.LOAD and _slot(u.src[0]) == buf.slot and u.src[0] not in stored_at for u in nodes)
+
+
+class _Snapshot(Exception):
+  """A read needs the version that `store` replaces (see the module docstring): lower again with it saved."""
+
+  def __init__(self, store: UOp):
+    super().__init__()
+    self.store = store
+
+
 class _Rangeify:
-  def __init__(self, sink: UOp, unfused: frozenset[UOp], split_reductions: bool):
-    self.unfused, self.split_reductions = unfused, split_reductions
+  def __init__(self, sink: UOp, unfused: frozenset[UOp], snapshot: frozenset[UOp], split_reductions: bool):
+    self.unfused, self.snapshot, self.split_reductions = unfused, snapshot, split_reductions
+    self.version: dict[str, UOp | None] = {}                   # buffer name -> the STORE that wrote its contents
+    self.replaced_by: dict[tuple[str, UOp | None], UOp] = {}   # (buffer name, version) -> the STORE that overwrote it
+    self.saved: dict[UOp, BufferInfo] = {}                      # STORE -> the copy of the version it overwrote
     self.fusing: set[UOp] = set()
     self.fused_in: dict[UOp, _Kernel] = {}
     self.buffers: dict[str, BufferInfo] = {}
@@ -446,13 +493,27 @@ class _Rangeify:
     """An opaque CALL: its arguments in buffers, then the launches of its body's kernels (compiled once
     per body) bound to them, to fresh result buffers and to fresh intermediates of this call site."""
     bind_arguments(c)  # every formal has an argument of its shape
-    args = [self.buffer_of.get(a) or self.realize(a, lambda buf, a=a: self.kernel(buf, a, None)) for a in c.src[1:]]
+    args = [self.argument(a) for a in c.src[1:]]
     first, body = self.callee(c.src[0], len(args))
     site = dict(enumerate(args))
     for b in body.buffers:
       if b.slot not in site: site[b.slot] = self.declare(self.fresh_name(), b.dtype, b.shape)
     self.launches += [Launch(first + ln.kernel, tuple((s, site[b.slot]) for s, b in ln.binds)) for ln in body.launches]
     self.call_results[c] = [site[len(args) + i] for i in range(len(c.src[0].src))]
+
+  def argument(self, a: UOp) -> BufferInfo:
+    """The buffer holding a CALL's argument: the version of a buffer it names, else a realized copy."""
+    base = _strip_after(a)
+    if base in self.buffer_of and (a is base or a.op is Ops.AFTER): return self.read(base, _version(a))
+    return self.buffer_of.get(a) or self.realize(a, lambda buf: self.kernel(buf, a, None))
+
+  def read(self, u: UOp, version: UOp | None) -> BufferInfo:
+    """Where the kernels emitted from now on find `version` of buffer `u` (any value of a realized one)."""
+    buf = self.buffer_of[u]
+    if version is self.version.get(buf.name): return buf
+    store = self.replaced_by[(buf.name, version)]
+    if store not in self.saved: raise _Snapshot(store)
+    return self.saved[store]
 
   def callee(self, body: UOp, n_args: int) -> tuple[int, KernelProgram]:
     """The body of a CALL as a program of its own (formals at their slots, result i at slot `n_args + i`),
@@ -483,10 +544,23 @@ class _Rangeify:
     target = _strip_after(st.src[0])
     if target not in self.buffer_of:
       raise CompileError([error(None, f"a tensor STORE must write a PARAM or BUFFER, not {target.op.name}")])
-    self.kernel(self.buffer_of[target], st.src[1], st.src[2] if len(st.src) > 2 else None)
+    out, value, gate = self.buffer_of[target], st.src[1], st.src[2] if len(st.src) > 2 else None
+    before = self.version.get(out.name)
+    if st in self.snapshot:
+      current = target if before is None else UOp(Ops.AFTER, target.dtype, (target, before))
+      self.saved[st] = self.realize(current, lambda buf: self.kernel(buf, current, None))
+      self.overwrite(out, before, st)  # before the kernel: its own reads of `before` load the copy
+      self.kernel(out, value, gate)
+    else:
+      self.kernel(out, value, gate, in_place=st)
+      self.overwrite(out, before, st)
 
-  def kernel(self, out: BufferInfo, value: UOp, gate: UOp | None, realize: bool = False) -> None:
-    """The kernel writing `value` into `out` (computing `value` itself when it is being realized)."""
+  def overwrite(self, buf: BufferInfo, version: UOp | None, store: UOp) -> None:
+    self.version[buf.name], self.replaced_by[(buf.name, version)] = store, store
+
+  def kernel(self, out: BufferInfo, value: UOp, gate: UOp | None, realize: bool = False, in_place: UOp | None = None) -> None:
+    """The kernel writing `value` into `out` (computing `value` itself when it is being realized); `in_place`:
+    the STORE it lowers, whose reads of `out` load it directly, which needs them at the stored indices."""
     k = _Kernel(self)
     out_ptr = k.ptr(out)
     idx = k.loop_index(out.shape)
@@ -495,7 +569,9 @@ class _Rangeify:
     if gate is not None: srcs += (k.lower(gate, _broadcast_index(idx, gate.shape, out.shape), None),)
     body = UOp(Ops.STORE, dtypes.void, srcs)
     for r in reversed([i for i in idx if i.op is Ops.RANGE]): body = UOp(Ops.END, dtypes.void, (body, r))
-    self.launch(simplify(UOp(Ops.SINK, dtypes.void, (body,))))
+    sink = simplify(UOp(Ops.SINK, dtypes.void, (body,)))
+    if in_place is not None and _loads_elsewhere(sink, out): raise _Snapshot(in_place)
+    self.launch(sink)
 
   def launch(self, sink: UOp) -> None:
     """A kernel of this program, run once with its PARAM slots bound to the buffers of those slots."""
@@ -509,10 +585,13 @@ def rangeify(sink: UOp, split_reductions: bool = False) -> KernelProgram:
   split long full reductions in two (CPU targets)."""
   if split_reductions: sink = split_full_reductions(sink)
   unfused: frozenset[UOp] = frozenset()
+  snapshot: frozenset[UOp] = frozenset()
   while True:
     try:
-      r = _Rangeify(sink, unfused, split_reductions)
+      r = _Rangeify(sink, unfused, snapshot, split_reductions)
       break
     except _Unfused as e:
       unfused |= {e.reduce}
+    except _Snapshot as e:
+      snapshot |= {e.store}
   return KernelProgram(tuple(r.kernels), tuple(sorted(r.buffers.values(), key=lambda b: b.slot)), r.variables, tuple(r.launches))
