@@ -199,7 +199,7 @@ def build(file, target, out_dir, emit, archs, opt_level, print_before, print_aft
 _RUN_HELP = """Run entry NAME of FILE on numpy arrays and print every buffer it writes (numpy style).
 
 Buffers come from --input NAME=FILE.npy (dtype and size must match the program); a buffer with a
-declared shape that is not given is zeros, or random with --seed when the entry only reads it. A bare
+declared shape that is not given is zeros, or random with --seed when the entry reads it. A bare
 kernel pointer (ptr<T> without a size) must be given. Sizes (DEFINE_VARs) come from --var NAME=VALUE.
 
 With -t c (default) or -t llvm the file is built by `uopc build` into a temporary directory and the
@@ -239,7 +239,7 @@ def _int_pairs(ctx, param, values) -> dict[str, int]:
               help="Target whose code runs: natively for c and llvm, in the emulator (--emulate) for any.")
 @click.option("--input", "inputs", multiple=True, callback=_pairs, metavar="NAME=FILE.npy", help="A buffer's contents (repeatable).")
 @click.option("--var", "variables", multiple=True, callback=_int_pairs, metavar="NAME=VALUE", help="A size's value (repeatable).")
-@click.option("--seed", type=int, default=None, help="Fill the read-only buffers not given with random values from this seed.")
+@click.option("--seed", type=int, default=None, help="Fill the buffers not given that the entry reads with random values from this seed.")
 @click.option("--output", "outputs", multiple=True, callback=_pairs, metavar="NAME=FILE.npy",
               help="Save a buffer to FILE.npy instead of printing the results (repeatable).")
 @click.option("--emulate", is_flag=True, help="Run the target's kernels in the reference emulator.")

@@ -7,7 +7,7 @@ pipeline up to Linearize and its kernels run in the reference emulator (uopc.emu
 with the intermediates of a tensor program at their memory-plan offsets in one workspace.
 
 Buffers: an array given by name is checked against the program's dtype and size; a buffer with a
-declared shape that is not given is zeros (or, with a seed, random when the entry only reads it); a
+declared shape that is not given is zeros (or, with a seed, random when the entry reads it); a
 bare kernel pointer has no size, so it must be given. DEFINE_VARs take their values from `variables`.
 """
 from __future__ import annotations
@@ -41,6 +41,7 @@ class Arg:
   dtype: DType                    # a buffer's element dtype; index for a var
   shape: tuple | None             # a buffer's declared shape (ints or DEFINE_VARs); None: a bare pointer
   written: bool
+  read: bool                      # a buffer's contents on entry matter (it is not only written)
   node: UOp                       # the PARAM or DEFINE_VAR, for locations
 
 
@@ -57,18 +58,31 @@ def _store_root(u: UOp) -> UOp:
   return u
 
 
+def _reads(u: UOp, users: dict[UOp, list[tuple[UOp, int]]]) -> bool:
+  """Is `u` (a buffer, or a pointer or view of one) read anywhere, not only stored into?"""
+  for user, i in users.get(u, ()):
+    if user.op is Ops.STORE and i == 0: continue
+    if i == 0 and (user.op in (Ops.INDEX, Ops.AFTER) or user.op in GroupOp.Movement):
+      if _reads(user, users): return True
+    else: return True
+  return False
+
+
 def entry_arguments(entry: Entry) -> list[Arg]:
   """The buffers (by slot) and DEFINE_VARs (by name) of an entry, as the launcher orders them."""
   graph = entry.sink.toposort()
   written = {_store_root(u.src[0]) for u in graph if u.op is Ops.STORE}
+  users: dict[UOp, list[tuple[UOp, int]]] = {}
+  for u in graph:
+    for i, s in enumerate(u.src): users.setdefault(s, []).append((u, i))
   params = sorted((u for u in graph if u.op is Ops.PARAM), key=lambda u: u.arg[0])
   args = []
   for p in params:
     if p.src: dtype, shape = p.dtype, shape_values(p.src[0])
     else: dtype, shape = p.dtype.base, ((p.dtype.size,) if p.dtype.size >= 0 else None)
-    args.append(Arg(str(p.arg[1]), "buffer", p.arg[0], dtype.scalar, shape, p in written, p))
+    args.append(Arg(str(p.arg[1]), "buffer", p.arg[0], dtype.scalar, shape, p in written, _reads(p, users), p))
   defvars = {u.arg[0]: u for u in graph if u.op is Ops.DEFINE_VAR}
-  args += [Arg(name, "var", name, u.dtype, None, False, u) for name, u in sorted(defvars.items())]
+  args += [Arg(name, "var", name, u.dtype, None, False, True, u) for name, u in sorted(defvars.items())]
   return args
 
 
@@ -133,7 +147,7 @@ def prepare_arrays(module: Module, args: list[Arg], inputs: dict[str, np.ndarray
     if name in inputs: arrays[name] = _checked_input(module, a, inputs[name], shape)
     elif shape is None:
       raise _error(module, a.node, f"buffer '{name}' has no declared size: give it with --input {name}=FILE.npy")
-    elif rng is not None and not a.written: arrays[name] = _random(rng, a.dtype, shape)
+    elif rng is not None and a.read: arrays[name] = _random(rng, a.dtype, shape)
     else: arrays[name] = np.zeros(shape, np_dtype(a.dtype))
   return arrays
 
