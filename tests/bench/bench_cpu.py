@@ -68,11 +68,13 @@ def timed(call) -> float:
 
 
 def measure(p: Prepared, check, budget: float, max_runs: int) -> Cell:
-  """Warm up, check the result, then time at least MIN_RUNS runs (more while they fit in `budget`
-  seconds, at most max_runs) and take the median. A warm-up slower than MIN_RUNS budgets stands as
-  the single run: repeating a call of many seconds would only make the run long."""
-  warm = [timed(p.call) for _ in range(p.warmups)][-1]
+  """Check the first call's result (an in-place workload's later calls go on updating it), warm up,
+  then time at least MIN_RUNS runs (more while they fit in `budget` seconds, at most max_runs) and
+  take the median. A warm-up slower than MIN_RUNS budgets stands as the single run: repeating a call
+  of many seconds would only make the run long."""
+  warm = timed(p.call)
   check(p.result())
+  for _ in range(p.warmups - 1): warm = timed(p.call)
   if warm > MIN_RUNS * budget: return Cell(warm, 1)
   times = [timed(p.call)]
   times += [timed(p.call) for _ in range(min(max_runs, max(MIN_RUNS, int(budget / times[0]))) - 1)]
@@ -116,7 +118,7 @@ def run_workload(w: Workload, seed: int, columns: dict, budget: float, max_runs:
       row.cells[name] = Cell(problem="n/a")
       continue
     try:
-      prepared = runner.prepare(w, inputs)
+      prepared = runner.prepare(w, [x.copy() for x in inputs] if w.in_place else inputs)
       if prepared.build_s is not None: row.build_s = prepared.build_s
       row.cells[name] = measure(prepared, lambda got: check_close(name, w, got, want, tol), budget, max_runs)
       if name == "uopc" and stick is not None and notes is not None: notes.append(paired_note(w, prepared, stick))

@@ -30,7 +30,7 @@ class Unavailable(Exception):
 class Prepared:
   call: Callable[[], None]
   result: Callable[[], np.ndarray]
-  warmups: int = 1        # calls before the result is checked and timing starts
+  warmups: int = 1        # calls before timing starts; the first one's result is checked
   build_s: float | None = None
 
 
@@ -60,10 +60,10 @@ class Uopc:
     build_s = time.perf_counter() - start
     if done.returncode != 0: raise RuntimeError(f"{' '.join(cmd)} failed (exit {done.returncode}):\n{done.stderr}")
     lib = ctypes.CDLL(str(out_dir / f"lib{f.name}.so"))
-    out_arg = next(a for a in f.args if a[3])
-    out = np.zeros(out_arg[1], NP_DTYPES[out_arg[2]])
     it = iter(np.ascontiguousarray(x) for x in inputs)
-    buffers = [out if a[3] else next(it) for a in f.args]
+    if w.in_place: buffers = [next(it) for _ in f.args]
+    else: buffers = [np.zeros(a[1], NP_DTYPES[a[2]]) if a[3] else next(it) for a in f.args]
+    out = buffers[0] if w.in_place else next(b for b, a in zip(buffers, f.args) if a[3])
     entry, args = self._entry(lib, f.name, f.name), [b.ctypes.data_as(ctypes.c_void_p) for b in buffers]
     workspace = self._workspace(lib, f.name, f.name)
     if workspace is not None: entry, args = workspace[0], [*args, workspace[1].ctypes.data_as(ctypes.c_void_p)]

@@ -10,6 +10,9 @@ float32 arithmetic, not fudge factors:
 - the reductions sum values in {-1, 0, 1}: every partial sum is an integer of magnitude at most 2**24,
   exact in float32 in any order, so the sums must be exact;
 - an elementwise add rounds once: it must equal the float64 sum rounded to float32.
+An in-place workload's program stores into its first input (x = x + y), as numpy's `x += y` and
+tinygrad's `x.assign(..)` do; every column then works on copies of the inputs, and only the first
+call's result is checked (later calls keep updating x).
 """
 from __future__ import annotations
 
@@ -47,6 +50,7 @@ class Workload:
   tinygrad: Callable[..., Any]                     # on tinygrad Tensors, returns a Tensor
   work: float                                      # bytes moved or flops, for `unit`
   unit: str                                        # "GB/s" or "GFLOP/s"
+  in_place: bool = False                           # the program, numpy and tinygrad write the first input
 
 
 def count(n: int) -> str: return f"{n >> 20}M" if n % (1 << 20) == 0 else str(n)
@@ -60,6 +64,12 @@ def f64(*xs: np.ndarray) -> list[np.ndarray]: return [x.astype(np.float64) for x
 
 def normal(*shapes):
   return lambda rng: [rng.standard_normal(s, dtype=np.float32) for s in shapes]
+
+
+def normal_and_small(n: int):
+  """x normal, y in [-1/2, 1/2]: x = (x*y + x)*y + 1 repeated in place then converges (|y(y+1)| < 1)
+  instead of overflowing to inf."""
+  return lambda rng: [rng.standard_normal(n, dtype=np.float32), rng.uniform(-0.5, 0.5, n).astype(np.float32)]
 
 
 def ternary(shape):
@@ -81,6 +91,25 @@ def mul_add_chain(n: int) -> Func:
   x, y, out = f.param("x", (n,)), f.param("y", (n,)), f.param("out", (n,), out=True)
   f.store(out, f.op("ADD", f.op("MUL", f.op("ADD", f.op("MUL", x, y), x), y), f.const(1.0)))
   return f
+
+
+def add_in_place(n: int) -> Func:
+  f = Func("addi")
+  x, y = f.param("x", (n,)), f.param("y", (n,))
+  f.store(x, f.op("ADD", x, y))
+  return f
+
+
+def mul_add_chain_in_place(n: int) -> Func:
+  f = Func("chaini")
+  x, y = f.param("x", (n,)), f.param("y", (n,))
+  f.store(x, f.op("ADD", f.op("MUL", f.op("ADD", f.op("MUL", x, y), x), y), f.const(1.0)))
+  return f
+
+
+def np_chain_in_place(x, y):
+  x[...] = (x * y + x) * y + np.float32(1)
+  return x
 
 
 def total_sum(n: int) -> Func:
@@ -130,6 +159,12 @@ def elementwise(n: int) -> list[Workload]:
     Workload("elementwise", f"(x*y+x)*y+1 {count(n)}", mul_add_chain(n), normal((n,), (n,)),
              lambda x, y: (lambda x, y: (x * y + x) * y + 1)(*f64(x, y)), lambda x, y: Tolerance(1e-5, 1e-5),
              lambda x, y: (x * y + x) * y + np.float32(1), lambda x, y: (x * y + x) * y + 1, 3 * 4 * n, "GB/s"),
+    Workload("elementwise", f"add {count(n)} in place", add_in_place(n), normal((n,), (n,)),
+             lambda x, y: (x.astype(np.float64) + y).astype(np.float32), lambda x, y: Tolerance(),
+             lambda x, y: np.add(x, y, out=x), lambda x, y: x.assign(x + y), 3 * 4 * n, "GB/s", in_place=True),
+    Workload("elementwise", f"(x*y+x)*y+1 {count(n)} in place", mul_add_chain_in_place(n), normal_and_small(n),
+             lambda x, y: (lambda x, y: (x * y + x) * y + 1)(*f64(x, y)), lambda x, y: Tolerance(1e-5, 1e-5),
+             np_chain_in_place, lambda x, y: x.assign((x * y + x) * y + 1), 3 * 4 * n, "GB/s", in_place=True),
   ]
 
 
