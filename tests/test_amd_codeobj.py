@@ -23,7 +23,7 @@ from elftools.elf.elffile import ELFFile
 
 from uopc.frontend import load_module
 from uopc.pipeline import compile_module
-from uopc.targets.amd.codeobj import build_code_objects, find_linker
+from uopc.targets.amd.codeobj import build_code_objects, find_linker, tag_metadata_names
 from uopc.targets.llvm.render import AMD_ARCHS
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -229,3 +229,12 @@ def test_arch_selects_the_per_arch_artifacts(tmp_path):
   assert sorted(p.name for p in tmp_path.iterdir()) == sorted(
     ["seed002_add2.gfx90a.s", "seed002_add2.gfx90a.o", "seed002_add2.gfx90a.hsaco", "seed002_add2_hip.c", "libseed002_add2.so",
      "seed002_add2.h"])
+
+
+def test_metadata_names_that_yaml_reads_as_other_types_get_a_str_tag():
+  asm = "\t.text\n\t.amdgpu_metadata\n---\namdhsa.kernels:\n  - .args:\n" + "".join(
+    f"      - .name:           {n}\n        .offset:         0\n" for n in ("y", "N", "Off", "null", "1", ".5", "x", "out", "nanny")) + \
+    "    .name:           k\n...\n\t.end_amdgpu_metadata\n\t.name: y\n"
+  tagged = tag_metadata_names(asm)
+  names = re.findall(r"\.name:\s+(.*)", tagged)
+  assert names == ["!str y", "!str N", "!str Off", "!str null", "!str 1", "!str .5", "x", "out", "nanny", "k", "y"]  # the last: outside the metadata

@@ -57,7 +57,26 @@ def code_object(kernels: Sequence, arch: str, module_id: str, opt_level: int = 3
   both are generated from their own parse of the optimised IR's text: the .s is the .o's source."""
   module, tm = compile_module(render_module(kernels, "amdgcn", arch, module_id), "amdgcn", arch, opt_level)
   optimised = str(module)
-  return tm.emit_assembly(parse_and_verify(optimised)), tm.emit_object(parse_and_verify(optimised))
+  return tag_metadata_names(tm.emit_assembly(parse_and_verify(optimised))), tm.emit_object(parse_and_verify(optimised))
+
+
+# A YAML 1.1 reader takes these plain scalars for a bool, null or number, not a string.
+_YAML_WORDS = frozenset("y yes n no true false on off null ~".split())
+_YAML_NUMBER = re.compile(r"[-+]?(\.?[0-9]|\.(inf|nan)$)", re.IGNORECASE)
+_METADATA_NAME = re.compile(r"^(\s+(?:- )?\.name:\s+)(\S.*)$", re.MULTILINE)
+
+
+def tag_metadata_names(asm: str) -> str:
+  """The ISA text with a `!str` tag on each `.name` of its YAML metadata that a reader would not take for
+  a string. LLVM writes them as they are, so a kernel argument named `y` or `n` read back as a bool and
+  llvm-mc refused the .s ("invalid HSA metadata"); quotes do not help, as llvm-mc types a scalar by its
+  text unless tagged. The object's metadata (msgpack) is typed already."""
+  def tag(m: re.Match) -> str:
+    name = m.group(2)
+    if name.lower() in _YAML_WORDS or _YAML_NUMBER.match(name): return f"{m.group(1)}!str {name}"
+    return m.group(0)
+  start, end = asm.find(".amdgpu_metadata"), asm.find(".end_amdgpu_metadata")
+  return asm if start < 0 else asm[:start] + _METADATA_NAME.sub(tag, asm[start:end]) + asm[end:]
 
 
 def link(obj: Path, out: Path, linker: str) -> None:
