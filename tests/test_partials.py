@@ -55,12 +55,19 @@ def test_long_contiguous_reductions_get_32_partials_at_every_vector_width():
     assert _heuristics(row_reduce(4096, 4096, "ADD"), caps) == ["SPLIT(1,32,G),SPLIT(1,2,r),SPLIT(0,32,t,top)"]
 
 
+def test_fused_row_reductions_get_partials_and_the_output_its_lanes():
+  """softmax and layernorm: each row reduction (axes 2, 3) partials along the row, the output 2W lanes along
+  it (axis 1), THREAD tasks of rows; no tile of 8 rows, whose reductions would gather the rows lane by lane."""
+  for f in (softmax(64, 4096), layernorm(64, 4096)):
+    assert _heuristics(f) == ["SPLIT(3,32,G),SPLIT(3,2,r),SPLIT(2,32,G),SPLIT(2,2,r),SPLIT(1,8,u),SPLIT(0,32,t,top)"], f.name
+
+
 def test_short_strided_or_tiled_reductions_keep_their_order():
   assert _heuristics(total(512)) == ["SPLIT(0,2,r)"]                          # too short to pay for the combine
   assert _heuristics(total(1000)) == ["SPLIT(0,2,r)"]                         # no multiple of 32
   assert "G" not in _heuristics(row_reduce(64, 512, "ADD"))[0]
-  for f in (gemm(256, 1024, 256), softmax(64, 4096), layernorm(64, 4096)):  # accumulators of an output tile already
-    assert "G" not in _heuristics(f)[0], f.name
+  assert "G" not in _heuristics(softmax(64, 512))[0]
+  assert "G" not in _heuristics(gemm(256, 1024, 256))[0]                     # its k reads b with a stride: a register tile
 
 
 # ---- the lowering -----------------------------------------------------------------------------------------

@@ -782,40 +782,51 @@ def _cpu_heuristics(plan: _Planner) -> None:
     64-byte cache lines of B on AVX-512: gemm 1024 with --cpu native, 190 GFLOP/s with 32x8 against
     146 with 16x8, 127 with 16x16, 110 with 32x4 and 82 with the portable 8x8; AVX2: 133 with 16x8
     against 92 with 8x8 and 99 with 32x4; portable: 73 with 8x8 against 63 with 16x4;
-  - a long reduction read contiguously where no output axis is (a full sum; a row sum, whose output
-    lanes would each gather from their own row): CPU_PARTIALS lanes of partial accumulators
-    (GROUP_REDUCE), the reduce axis unrolled by 2; a sum of 16M floats went from 7.4 GB/s (one chain of
-    dependent additions) to 35-42 GB/s on one core, the same (memory-bound) with 32, 64 or 128 lanes
-    at every level, and 32 lanes are the fastest portable build on data in cache (72 GB/s against 58
-    with 64, 46 with 128: more accumulators than SSE's 16 registers). The lane count is fixed, not
-    taken from the vector width, so that every `--cpu` level adds in the same order;
+  - each long reduction read contiguously (a full sum; a row sum, whose output lanes would each gather
+    from their own row; the row reductions fused into softmax and layernorm): CPU_PARTIALS lanes of
+    partial accumulators (GROUP_REDUCE), the reduce axis unrolled by 2, and no register tile (the
+    output axis gets its lanes only where its loads are contiguous); a sum of 16M floats went from 7.4
+    GB/s (one chain of dependent additions) to 35-42 GB/s on one core, the same (memory-bound) with 32,
+    64 or 128 lanes at every level, and 32 lanes are the fastest portable build on data in cache (72
+    GB/s against 58 with 64, 46 with 128: more accumulators than SSE's 16 registers). A tile of 8 rows
+    instead made softmax's and layernorm's reductions gather 8 rows lane by lane: layernorm 4096x1024
+    took 1.30 ms against 0.86 with partials (--cpu native; portable 1.30 against 1.00), softmax 3.9
+    against 2.5 (portable 8.1 against 7.8: its exponentials bound it), 64x4096 rows 1.5-1.8x faster.
+    The lane count is fixed, not taken from the vector width, so that every `--cpu` level adds in the
+    same order;
   - THREAD tasks over the outermost GLOBAL axis when the kernel is big enough to pay for threads and
     every reduction loop is nested in that axis (a task repeats whatever lies outside it: a fused
     reduction beside the output loop of a one-row softmax would run once per task)."""
   work = _work(plan.sink)
   inner = _contiguous_output(plan)
-  if (r := _partials_axis(plan, inner)) is not None:
-    plan.split_by_first(r, (CPU_PARTIALS,), AxisType.GROUP_REDUCE)
-    plan.split_by_first(r, (2,), AxisType.UNROLL)
+  if _partials(plan): _output_lanes(plan, inner, 1)  # lanes that would gather: the partials are the kernel's lanes
   else: _register_tile(plan, inner)
   _thread_tasks(plan, work)
 
 
-def _partials_axis(plan: _Planner, inner: int | None) -> int | None:
-  """The last REDUCE axis when it is long (CPU_PARTIALS_MIN or more, a multiple of CPU_PARTIALS) and
-  read contiguously while no output axis is; else None."""
-  reduces = plan.axes(AxisType.REDUCE)
-  if not reduces or (inner is not None and _reads_contiguously(plan, inner)): return None
-  r, size = reduces[-1], plan.size(reduces[-1])
-  ok = isinstance(size, int) and size >= CPU_PARTIALS_MIN and size % CPU_PARTIALS == 0 and _reads_contiguously(plan, r)
-  return r if ok else None
+def _partials(plan: _Planner) -> bool:
+  """CPU_PARTIALS GROUP_REDUCE lanes, then an unroll by 2, for each REDUCE axis that is long
+  (CPU_PARTIALS_MIN or more, a multiple of CPU_PARTIALS) and read contiguously; whether there was one."""
+  long_reads = [r for r in plan.axes(AxisType.REDUCE) if isinstance(size := plan.size(r), int) and size >= CPU_PARTIALS_MIN
+                and size % CPU_PARTIALS == 0 and _reads_contiguously(plan, r)]
+  for r in reversed(long_reads):  # from the last: a split numbers the axes after it anew
+    plan.split_by_first(r, (CPU_PARTIALS,), AxisType.GROUP_REDUCE)
+    plan.split_by_first(r, (2,), AxisType.UNROLL)
+  return bool(long_reads)
+
+
+def _output_lanes(plan: _Planner, inner: int | None, gather_lanes: int) -> int:
+  """UPCAST the contiguous output axis: 2W lanes where its loads are contiguous too, else `gather_lanes`
+  (each lane then gathers its own elements); the lanes made."""
+  if inner is None: return 0
+  width = 2 * plan.caps.vector_width if _reads_contiguously(plan, inner) else gather_lanes
+  return plan.split_by_first(inner, [width >> i for i in range(width.bit_length() - 1)], AxisType.UPCAST)
 
 
 def _register_tile(plan: _Planner, inner: int | None) -> None:
   """The output lanes and, in a reduction, the register tile and the unrolled reduce axis (see _cpu_heuristics)."""
-  width = 2 * plan.caps.vector_width if inner is not None and _reads_contiguously(plan, inner) else CPU_GATHER_LANES
   others = [i for i in plan.axes(AxisType.GLOBAL) if i != inner and isinstance(plan.size(i), int)]
-  lanes = plan.split_by_first(inner, [width >> i for i in range(width.bit_length() - 1)], AxisType.UPCAST) if inner is not None else 0
+  lanes = _output_lanes(plan, inner, CPU_GATHER_LANES)
   if lanes: others = [i + (i > inner) for i in others]
   if plan.axes(AxisType.REDUCE):
     # the tile's other axis: one whose loads are not gated (a convolution's output channels, not its
