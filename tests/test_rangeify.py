@@ -308,9 +308,24 @@ def test_softmax_in_place_reads_its_rows_from_a_snapshot():
   assert copies(prog) == 1
 
 
-def test_plain_read_after_a_store_sees_the_value_on_entry():
+def test_plain_read_after_a_store_runs_first_and_sees_the_value_on_entry():
   x, y = param(0, "x", (6,)), param(1, "y", (6,))
   prog = check(sink(store(x, x.alu(Ops.ADD, const(1.0))), store(y, x.alu(Ops.MUL, x))))
+  assert copies(prog) == 0 and [ln.binds[-1][1].name for ln in prog.launches] == ["y", "x"]
+
+
+def test_stores_to_one_buffer_keep_their_order_when_a_reader_moves_before_them():
+  """x = 2; y = 2 * (x on entry); x = x + 1 (after the first store): y's kernel first, then x's two in order."""
+  x, y = param(0, "x", (6,)), param(1, "y", (6,))
+  st1 = store(x, const(2.0))
+  prog = check(sink(st1, store(y, x.alu(Ops.MUL, const(2.0))), store(x, after(x, st1).alu(Ops.ADD, const(1.0)))))
+  assert copies(prog) == 0 and [ln.binds[-1][1].name for ln in prog.launches] == ["y", "x", "x"]
+
+
+def test_swapping_two_buffers_reads_a_snapshot():
+  """x = y and y = x, both of the values on entry: no order of the two kernels reads both before they are overwritten."""
+  x, y = param(0, "x", (6,)), param(1, "y", (6,))
+  prog = check(sink(store(x, y.alu(Ops.ADD, const(0.0))), store(y, x.alu(Ops.ADD, const(0.0)))))
   assert copies(prog) == 1
 
 

@@ -32,9 +32,12 @@
    it names as long as no later STORE has replaced it, and a kernel may load and store one buffer
    when it loads each element only where it stores that element (`x = x + y` in place: one pass, no
    copy). Otherwise the buffer is *snapshot*: a copy kernel saves the version before the STORE that
-   replaces it, and the reads of that version load the copy (`x = x.T`, or `x = x + 1` then
-   `y = x * x` on the x of entry). Which STOREs need a snapshot is found by lowering, as for fusion:
-   a read found to need one raises, and the program is lowered again with it.
+   replaces it, and the reads of that version load the copy (`x = x.T`, or `x = y` then `y = x` on
+   the x of entry). Which STOREs need a snapshot is found by lowering, as for fusion: a read found to
+   need one raises, and the program is lowered again with it. Before that, the program's roots are
+   reordered so that those reading a buffer's value on entry come before those overwriting it where
+   nothing orders them otherwise (`x = x + 1` then `y = x * x` on the x of entry runs y's kernel
+   first, with no copy).
 
 An opaque CALL (kept by Callify) is a reusable kernel: its body is rangeified once, as a program of
 its own whose PARAM k is formal k and whose PARAMs after the last formal are its results, and every
@@ -429,6 +432,39 @@ def _version(u: UOp) -> UOp | None:
   return None
 
 
+def _plain_reads(nodes) -> set[UOp]:
+  """The PARAMs and BUFFERs that these nodes read as they were on entry: not through an AFTER (a version),
+  not as a STORE's target."""
+  return {s for u in nodes for s in (u.src[1:] if u.op is Ops.AFTER else _data_srcs(u)) if s.op in GroupOp.Buffers}
+
+
+def _writes(nodes) -> set[UOp]:
+  return {_strip_after(u.src[0]) for u in nodes if u.op is Ops.STORE}
+
+
+def _reads_before_writes(sink: UOp) -> UOp:
+  """`sink` with its roots reordered so that a root reading a buffer's value on entry comes before a root
+  that overwrites the buffer (it then reads the buffer itself, no snapshot): roots keep their order
+  otherwise, each stays after the roots it depends on, and two roots writing one buffer keep theirs.
+  Unchanged when no order satisfies all that (x = y and y = x need a snapshot)."""
+  whole = sink.toposort()
+  if not _plain_reads(whole) & _writes(whole): return sink
+  roots = sink.src
+  reach = [set(r.toposort()) for r in roots]
+  writes, reads = [_writes(n) for n in reach], [_plain_reads(n) for n in reach]
+  def first(i: int, j: int) -> bool:  # must roots[i] come before roots[j]?
+    if roots[i] in reach[j]: return True
+    if roots[j] in reach[i]: return False
+    return bool(i < j and writes[i] & writes[j] or reads[i] & writes[j])
+  after = [{i for i in range(len(roots)) if i != j and first(i, j)} for j in range(len(roots))]
+  placed: list[int] = []
+  while len(placed) < len(roots):
+    ready = [j for j in range(len(roots)) if j not in placed and after[j] <= set(placed)]
+    if not ready: return sink
+    placed.append(ready[0])
+  return sink.replace(src=tuple(roots[j] for j in placed))
+
+
 def _slot(index: UOp) -> int | None:
   """The slot of the pointer PARAM an INDEX addresses (None for an accumulator)."""
   return index.src[0].arg[0] if index.src[0].op is Ops.PARAM else None
@@ -584,6 +620,7 @@ def rangeify(sink: UOp, split_reductions: bool = False) -> KernelProgram:
   """Split a callified tensor program into kernels (see the module docstring); `split_reductions`:
   split long full reductions in two (CPU targets)."""
   if split_reductions: sink = split_full_reductions(sink)
+  sink = _reads_before_writes(sink)
   unfused: frozenset[UOp] = frozenset()
   snapshot: frozenset[UOp] = frozenset()
   while True:
