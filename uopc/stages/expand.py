@@ -2,7 +2,11 @@
 
 1. Accumulators. A REG buffer written inside UPCAST axes holds one element per lane of those axes:
    its size is multiplied by their lane count and each access gets the lane's position added, so
-   the lanes of an upcast accumulator sit side by side (one vector load/store).
+   the lanes of an upcast accumulator sit side by side (one vector load/store). So does a REG buffer
+   all of whose STOREs (its initialisation included) lie inside an UNROLL axis: an inner reduction
+   nested in an unrolled outer one starts afresh on each outer iteration, so each lane of the outer
+   axis needs its own accumulator. An UNROLL axis that holds the updates but not the initialisation is
+   a reduction axis of that accumulator: its lanes are contracted into it (4.).
 2. Lanes. Every value that depends on expanded axes becomes a vector with one lane per point of those
    axes: UNROLL axes vary slowest, then UPCAST axes in axis order. A value wider than the target's
    vector width is kept as consecutive chunks of that width (the devectorised form), so no op is ever
@@ -65,17 +69,19 @@ def expand(schedule: KernelSchedule, relocate: Callable[[UOp, UOp], None] = lamb
 def replicate_accumulators(sink: UOp, trace: Trace | None = None) -> UOp:
   scope = scopes(sink)
   stores = [u for u in sink.toposort() if u.op is Ops.STORE and u.src[0].op is Ops.INDEX]
-  lanes_of: dict[UOp, tuple[UOp, ...]] = {}
+  upcast: dict[UOp, set[UOp]] = {}
+  unrolled: dict[UOp, set[UOp]] = {}  # the UNROLL axes every STORE of the buffer lies inside
   for st in stores:
     buf = root_buffer(st.src[0])
     if isinstance(buf.dtype, PtrDType) and buf.dtype.addrspace is AddrSpace.REG:
-      ups = {r for r in scope[st] if _expanded(r) and axis_type(r) is AxisType.UPCAST}
-      lanes_of[buf] = tuple(sorted(set(lanes_of.get(buf, ())) | ups, key=_lane_order))
-  lanes_of = {b: axes for b, axes in lanes_of.items() if axes}
+      upcast.setdefault(buf, set()).update(r for r in scope[st] if _expanded(r) and axis_type(r) is AxisType.UPCAST)
+      inside = {r for r in scope[st] if _expanded(r) and axis_type(r) is AxisType.UNROLL}
+      unrolled[buf] = unrolled[buf] & inside if buf in unrolled else inside
+  lanes_of = {b: tuple(sorted(upcast[b] | unrolled[b], key=_lane_order)) for b in upcast if upcast[b] | unrolled[b]}
   if not lanes_of: return sink
   for u in sink.toposort():
     if u.op in (Ops.LOAD, Ops.STORE) and u.src[0].op is Ops.INDEX and not set(lanes_of.get(root_buffer(u.src[0]), ())) <= scope[u]:
-      raise _fail(f"accumulator {root_buffer(u.src[0]).arg!r} is used outside its UPCAST axes")
+      raise _fail(f"accumulator {root_buffer(u.src[0]).arg!r} is used outside its UPCAST/UNROLL axes")
   memo: dict[UOp, UOp] = {}
   for u in sink.toposort():
     src = tuple(memo[s] for s in u.src)
