@@ -17,7 +17,10 @@ $(VENV)/.installed: pyproject.toml
 demo: setup
 	$(MAKE) -C samples/c-app UOPC=$(abspath $(UOPC)) run
 
+# tests/install_tools.py first: the outside tools the tests use (llvm-mc >= 19, ld.lld, clang), by version,
+# installed with apt-get when root; otherwise it says which are missing and their tests skip.
 test: setup
+	$(PY) tests/install_tools.py
 	$(PY) -m pytest -q -n $(JOBS) -m "not gpu"
 
 test-gpu: setup

@@ -23,6 +23,9 @@ WARNING_FLAGS = ("-std=c99", "-Wall", "-Wextra", "-Werror")
 SANITIZE_FLAGS = ("-fsanitize=address,undefined", "-fno-sanitize-recover=all", "-g")
 
 
+BUILD_ROOT: list[Path] = []  # conftest puts pytest's session folder here: builds go under it, not /tmp
+
+
 def have(compiler: str) -> bool: return shutil.which(compiler) is not None
 
 
@@ -37,7 +40,8 @@ def compile_c(source: str, compiler: str = "gcc", sanitize: bool = False, shared
   """Compile `source` warning-free (-Wall -Wextra -Werror) to a .so (or an object file), with `extra` flags
   (e.g. -march=native); returns its path. Raises AssertionError with the compiler's output when it does not
   compile cleanly."""
-  out_dir = Path(tempfile.mkdtemp(prefix="uopc_c_"))
+  assert BUILD_ROOT, "compile_c runs under pytest, whose conftest sets BUILD_ROOT"
+  out_dir = Path(tempfile.mkdtemp(prefix="c_", dir=BUILD_ROOT[0]))
   src = out_dir / "kernels.c"
   src.write_text(source)
   out = out_dir / ("kernels.so" if shared else "kernels.o")

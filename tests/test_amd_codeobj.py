@@ -3,28 +3,29 @@ assembler to the very machine code llvmlite emitted, and the .hsaco is a linked 
 kernel descriptor per kernel and the amdhsa metadata naming each kernel's arguments (read by
 pyelftools and a small MessagePack reader written here); `uopc build -t amd` writes it all.
 
-The assembler is the newest `llvm-mc` found (Debian's `llvm-19` package here; CI installs it). It may be
-older than llvmlite's LLVM (22): directives that LLVM added after the assembler's version
+The assembler is the newest `llvm-mc` of at least LLVM_MC_MIN_VERSION found (uopc.tools: on PATH, plain
+or -N suffixed, or under /usr/lib/llvm-N/bin; CI installs Debian's `llvm-19`). LLVM 14 and 16 refuse
+the code object v5 directives; without a new enough one the assembler tests skip and say why. It may
+be older than llvmlite's LLVM (22): directives that LLVM added after the assembler's version
 (`NEWER_DIRECTIVES`) are dropped before assembling, which leaves the machine code untouched; they
 only set kernel-descriptor hints.
 """
 from __future__ import annotations
 
-import glob
 import re
-import shutil
 import struct
 import subprocess
-import tempfile
 from pathlib import Path
 
 import pytest
 from elftools.elf.elffile import ELFFile
 
+from install_tools import REQUIREMENTS
 from uopc.frontend import load_module
 from uopc.pipeline import compile_module
-from uopc.targets.amd.codeobj import build_code_objects, find_linker, tag_metadata_names
+from uopc.targets.amd.codeobj import build_code_objects, find_linker, missing_linker, tag_metadata_names
 from uopc.targets.llvm.render import AMD_ARCHS
+from uopc.tools import describe_missing, find_tool
 
 ROOT = Path(__file__).resolve().parents[1]
 EM_AMDGPU = 224
@@ -32,18 +33,11 @@ NT_AMDGPU_METADATA = 32
 NEWER_DIRECTIVES = {20: (".amdhsa_inst_pref_size",)}  # the LLVM version that introduced each
 
 
-def _llvm_mc() -> tuple[str, int] | None:
-  found = [p for p in [shutil.which("llvm-mc"), *glob.glob("/usr/lib/llvm-*/bin/llvm-mc")] if p]
-  versions = []
-  for path in found:
-    out = subprocess.run([path, "--version"], capture_output=True, text=True).stdout
-    if m := re.search(r"LLVM version (\d+)", out): versions.append((int(m.group(1)), path))
-  return (max(versions)[1], max(versions)[0]) if versions else None
-
-
-LLVM_MC = _llvm_mc()
+LLVM_MC_MIN_VERSION, LLVM_MC_PACKAGE, _ = REQUIREMENTS["llvm-mc"]
+LLVM_MC = find_tool("llvm-mc", LLVM_MC_MIN_VERSION)
+needs_llvm_mc = pytest.mark.skipif(LLVM_MC is None, reason=describe_missing("llvm-mc", LLVM_MC_MIN_VERSION, LLVM_MC_PACKAGE))
 LINKER = find_linker()
-needs_linker = pytest.mark.skipif(LINKER is None, reason="ld.lld not found (Debian: apt-get install lld-19)")
+needs_linker = pytest.mark.skipif(LINKER is None, reason=missing_linker())
 
 
 def sample_kernels() -> list[tuple[str, list]]:
@@ -83,23 +77,22 @@ def text_section(obj: bytes) -> bytes:
   return ELFFile(io.BytesIO(obj)).get_section_by_name(".text").data()
 
 
-@pytest.mark.skipif(LLVM_MC is None, reason="llvm-mc not found (Debian: apt-get install llvm-19)")
+@needs_llvm_mc
 @pytest.mark.parametrize("arch", AMD_ARCHS)
 @pytest.mark.parametrize("sample", [n for n, _ in SAMPLES])
-def test_isa_assembles_back_to_the_same_machine_code(built, sample, arch):
-  mc, version = LLVM_MC
+def test_isa_assembles_back_to_the_same_machine_code(built, sample, arch, tmp_path):
+  mc, version = LLVM_MC.path, LLVM_MC.version
   paths = built[(sample, arch)]
   dropped = tuple(d for since, names in NEWER_DIRECTIVES.items() if version < since for d in names)
   asm = "\n".join(line for line in paths["asm"].read_text().splitlines() if not line.strip().startswith(dropped))
-  with tempfile.TemporaryDirectory() as tmp:
-    src, obj = Path(tmp) / "k.s", Path(tmp) / "k.o"
-    src.write_text(asm + "\n")
-    done = subprocess.run([mc, "-triple=amdgcn-amd-amdhsa", f"-mcpu={arch}", "-filetype=obj", "-o", str(obj), str(src)],
-                          capture_output=True, text=True)
-    if "invalid CPU" in done.stderr or "not a recognized processor" in done.stderr:
-      pytest.skip(f"llvm-mc {version} does not know {arch}")
-    assert done.returncode == 0, done.stderr
-    assert text_section(obj.read_bytes()) == text_section(paths["object"].read_bytes())
+  src, obj = tmp_path / "k.s", tmp_path / "k.o"
+  src.write_text(asm + "\n")
+  done = subprocess.run([mc, "-triple=amdgcn-amd-amdhsa", f"-mcpu={arch}", "-filetype=obj", "-o", str(obj), str(src)],
+                        capture_output=True, text=True)
+  if "invalid CPU" in done.stderr or "not a recognized processor" in done.stderr:
+    pytest.skip(f"llvm-mc {version} does not know {arch}")
+  assert done.returncode == 0, done.stderr
+  assert text_section(obj.read_bytes()) == text_section(paths["object"].read_bytes())
 
 
 # ---- the code object ---------------------------------------------------------------------------------------
@@ -212,14 +205,14 @@ def test_without_a_linker_the_build_says_so_and_still_writes_isa_and_objects(tmp
   from uopc.targets.amd import codeobj
   monkeypatch.setattr(codeobj, "find_linker", lambda env=None: None)
   sample = ROOT / "samples" / "seed002_add2.uop"
-  with pytest.raises(CompileError, match="ld.lld not found: cannot link hsaco.gfx1100") as info:
+  with pytest.raises(CompileError, match=r"ld.lld >= 16 not found.*, or set LD_LLD: cannot link hsaco.gfx1100") as info:
     build(sample, BuildOptions(target="amd", out_dir=tmp_path / "all"))
   assert "--emit asm.gfx1100,object.gfx1100" in info.value.diagnostics[0].notes[0]
   assert not (tmp_path / "all").exists() or not any((tmp_path / "all").iterdir())
   kinds = ("asm.gfx90a", "object.gfx90a", "header")
   build(sample, BuildOptions(target="amd", out_dir=tmp_path / "some", emit=kinds, archs=("gfx90a",)))
   assert sorted(p.name for p in (tmp_path / "some").iterdir()) == ["seed002_add2.gfx90a.o", "seed002_add2.gfx90a.s", "seed002_add2.h"]
-  assert "ld.lld not found" in capsys.readouterr().err
+  assert "ld.lld >= 16 not found" in capsys.readouterr().err
 
 
 @needs_linker
@@ -238,3 +231,21 @@ def test_metadata_names_that_yaml_reads_as_other_types_get_a_str_tag():
   tagged = tag_metadata_names(asm)
   names = re.findall(r"\.name:\s+(.*)", tagged)
   assert names == ["!str y", "!str N", "!str Off", "!str null", "!str 1", "!str .5", "x", "out", "nanny", "k", "y"]  # the last: outside the metadata
+
+
+def test_the_linker_is_the_newest_lld_of_a_usable_version(tmp_path, monkeypatch):
+  """By version, not by name: a plain `ld.lld` of LLVM 14 first on PATH (as Debian's default release
+  may be) is passed over for a newer one; $LD_LLD still has the last word."""
+  from uopc import tools
+  for name, version in (("ld.lld", "14.0.6"), ("ld.lld-98", "98.1.0")):
+    script = tmp_path / name
+    script.write_text(f"#!/bin/sh\necho 'Debian LLD {version} (compatible with GNU linkers)'\n")
+    script.chmod(0o755)
+  env = {"PATH": str(tmp_path)}
+  found = tools.found_tools("ld.lld", env)
+  assert found[0] == tools.Tool(str(tmp_path / "ld.lld-98"), 98) and tools.Tool(str(tmp_path / "ld.lld"), 14) in found
+  assert find_linker(env) == str(tmp_path / "ld.lld-98")
+  (tmp_path / "ld.lld-98").unlink()
+  assert find_linker(env) != str(tmp_path / "ld.lld")            # 14 is too old: another one, or none
+  assert "14 at " + str(tmp_path / "ld.lld") in missing_linker(env)
+  assert find_linker(dict(env, LD_LLD="/opt/my/ld.lld")) == "/opt/my/ld.lld"

@@ -15,9 +15,9 @@ import pytest
 from uopc.frontend import parse_source
 from uopc.pipeline import compile_module
 from uopc.targets.amd.build import build_artifacts
-from uopc.targets.amd.codeobj import find_linker
+from uopc.targets.amd.codeobj import find_linker, missing_linker
 
-pytestmark = pytest.mark.skipif(find_linker() is None, reason="ld.lld not found (Debian: apt-get install lld-19)")
+pytestmark = pytest.mark.skipif(find_linker() is None, reason=missing_linker())
 
 # EF_AMDGPU_MACH_* of the ELF header's e_flags (low byte): what the stub checks to accept a code object
 MACH = {"gfx90a": 0x3F, "gfx1100": 0x41, "gfx942": 0x4C}

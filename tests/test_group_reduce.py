@@ -10,14 +10,13 @@ from __future__ import annotations
 import ctypes
 import functools
 import subprocess
-import tempfile
 from pathlib import Path
 
 import numpy as np
 import pytest
 
 import uopc.pipeline
-from test_amd_codeobj import LLVM_MC
+from test_amd_codeobj import LLVM_MC, needs_llvm_mc
 from gpu_samples import call
 from test_cuda_gpu import gpu  # noqa: F401 (a fixture)
 from test_cuda_ptx import needs_ptxas, ptxas_accepts
@@ -186,15 +185,14 @@ def test_ptxas_accepts_group_reductions(tmp_path, arch):
   ptxas_accepts(ptx, arch, tmp_path)
 
 
-@pytest.mark.skipif(LLVM_MC is None, reason="llvm-mc not found (Debian: apt-get install llvm-19)")
+@needs_llvm_mc
 def test_llvm_mc_assembles_amd_group_reductions(tmp_path):
   (tmp_path / "g.uop").write_text(WORKLOADS)
   kernels = [k for e in compile_module(load_module(str(tmp_path / "g.uop")), "amd", "g") for k in e.kernels]
   asm, _ = code_object(kernels, "gfx90a", "g", 3)
   assert "s_barrier" in asm and "ds_" in asm
-  with tempfile.TemporaryDirectory() as tmp:
-    done = subprocess.run([LLVM_MC[0], "-triple=amdgcn-amd-amdhsa", "-mcpu=gfx90a", "-filetype=obj", "-o", f"{tmp}/k.o", "-"],
-                          input=asm, capture_output=True, text=True)
+  done = subprocess.run([LLVM_MC.path, "-triple=amdgcn-amd-amdhsa", "-mcpu=gfx90a", "-filetype=obj", "-o", str(tmp_path / "k.o"), "-"],
+                        input=asm, capture_output=True, text=True)
   assert done.returncode == 0, done.stderr[:4000]
 
 

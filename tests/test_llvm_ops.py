@@ -9,9 +9,7 @@ their float cases from that definition, whatever the table says (the GPU targets
 from __future__ import annotations
 
 import ctypes
-import tempfile
 from dataclasses import replace
-from pathlib import Path
 
 import numpy as np
 import pytest
@@ -37,10 +35,10 @@ def seed_comparisons(case):
 
 
 @pytest.fixture(scope="module")
-def library():
+def library(tmp_path_factory):
   entries = [EntryKernels(c.name, (render_kernel(linearize(c.sink), kernel_name(c_identifier(LIB), c.name, 0)),))
              for c in CASES.values()]
-  out = Path(tempfile.mkdtemp(prefix="uopc_llvm_ops_"))
+  out = tmp_path_factory.mktemp("llvm_ops")
   return ctypes.CDLL(str(build_artifacts(out, LIB, entries)["so"]))
 
 

@@ -3,17 +3,16 @@ relocatable object llvmlite emits) and NAME.<arch>.hsaco, the object linked by `
 the shared ELF the HIP runtime loads: machine EM_AMDGPU, one `<kernel>.kd` kernel descriptor per
 kernel and the `amdhsa` metadata note (code object v5) naming each kernel's arguments.
 
-LLVM has no linker of its own in llvmlite, so `ld.lld` is looked up at build time: $LD_LLD, then
-`ld.lld` / `ld.lld-<N>` on PATH, then /usr/lib/llvm-<N>/bin/ld.lld (Debian's `lld-19` package).
-Without it the .s and .o are still written and the build says, once on stderr, that no .hsaco (and so
-no launcher library) could be made.
+LLVM has no linker of its own in llvmlite, so `ld.lld` is looked up at build time: $LD_LLD, else the
+newest ld.lld of at least LLD_MIN_VERSION among `ld.lld` / `ld.lld-<N>` on PATH and
+/usr/lib/llvm-<N>/bin/ld.lld (uopc.tools; Debian's `lld-19` package). LLD 14 refuses code object v5
+("unknown abi version"); 16 and 19 link it. Without a linker the .s and .o are still written and the
+build says, once on stderr, that no .hsaco (and so no launcher library) could be made, and why.
 """
 from __future__ import annotations
 
-import glob
 import os
 import re
-import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -21,6 +20,7 @@ from typing import Mapping, Sequence
 
 from uopc.targets.llvm.compile import compile_module, parse_and_verify
 from uopc.targets.llvm.render import AMD_ARCHS, render_module
+from uopc.tools import describe_missing, find_tool
 
 DEFAULT_ARCHS = ("gfx1100",)
 
@@ -29,19 +29,19 @@ class LinkError(Exception):
   """ld.lld failed on an object we emitted: an internal compiler error, with the linker's output."""
 
 
-def _version(path: str) -> int:
-  m = re.search(r"(\d+)(?!.*\d)", path)
-  return int(m.group(1)) if m else 0
+LLD_MIN_VERSION = 16
 
 
 def find_linker(env: Mapping[str, str] = os.environ) -> str | None:
   """The ld.lld to link code objects with, or None."""
   if env.get("LD_LLD"): return env["LD_LLD"]
-  if (found := shutil.which("ld.lld", path=env.get("PATH"))): return found
-  on_path = [p for d in (env.get("PATH") or "").split(os.pathsep) if d for p in glob.glob(os.path.join(d, "ld.lld-*"))]
-  installed = glob.glob("/usr/lib/llvm-*/bin/ld.lld")
-  candidates = sorted(on_path, key=_version) + sorted(installed, key=_version)
-  return candidates[-1] if candidates else None
+  found = find_tool("ld.lld", LLD_MIN_VERSION, env)
+  return found.path if found else None
+
+
+def missing_linker(env: Mapping[str, str] = os.environ) -> str:
+  """Why there is no linker, and the two ways to get one."""
+  return describe_missing("ld.lld", LLD_MIN_VERSION, "lld-19", env) + ", or set LD_LLD"
 
 
 def check_archs(archs: Sequence[str]) -> None:
@@ -96,8 +96,8 @@ def build_code_objects(out_dir: Path, name: str, kernels: Sequence, archs: Seque
   check_archs(archs)
   linker = find_linker(env)
   if linker is None:
-    print("uopc: warning: ld.lld not found (install lld, e.g. Debian's lld-19, or set LD_LLD): writing the AMD "
-          ".s and .o only, without the .hsaco code objects and the HIP launcher library", file=sys.stderr)
+    print(f"uopc: warning: {missing_linker(env)}: writing the AMD .s and .o only, without the .hsaco code objects "
+          "and the HIP launcher library", file=sys.stderr)
   written: dict[str, Path] = {}
   for arch in archs:
     paths = artifact_paths(out_dir, name, arch)

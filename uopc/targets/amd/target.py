@@ -25,11 +25,10 @@ def artifacts(name: str, archs: tuple[str, ...] = AMD_ARCHS) -> dict[str, str]:
 
 def _check_linker(req: BuildRequest) -> None:
   """Without ld.lld there are no code objects, hence no launcher: say so before building anything."""
-  from uopc.targets.amd.codeobj import find_linker
+  from uopc.targets.amd.codeobj import find_linker, missing_linker
   needs_link = [k for k in req.emit if k.startswith("hsaco.") or k in ("source", "so")]
   if needs_link and find_linker(req.env) is None:
-    raise CompileError([error(None, f"ld.lld not found: cannot link {', '.join(needs_link)} (install lld, e.g. Debian's "
-                                    "lld-19, or set LD_LLD)",
+    raise CompileError([error(None, f"{missing_linker(req.env)}: cannot link {', '.join(needs_link)}",
                               "without a linker, --emit " + ",".join(f"asm.{a},object.{a}" for a in req.archs) +
                               ",header writes the AMD ISA and objects")])
 

@@ -1,0 +1,63 @@
+"""LLVM's command-line tools (ld.lld, llvm-mc, ...) found by version, not by name.
+
+A machine often has several: Debian installs each LLVM release under /usr/lib/llvm-N/bin and puts
+only some of them on PATH, as `NAME-N` or (the distribution's default release, often an old one) as
+plain `NAME`. The first `NAME` on PATH is therefore no promise of a usable version. Every candidate
+(`NAME` and `NAME-N` on PATH, /usr/lib/llvm-N/bin/NAME) is asked its `--version`; the newest one at
+or above the version asked for wins. A candidate that does not run or says no version is skipped.
+"""
+from __future__ import annotations
+
+import functools
+import glob
+import os
+import re
+import subprocess
+from dataclasses import dataclass
+from typing import Mapping
+
+
+@dataclass(frozen=True)
+class Tool:
+  path: str
+  version: int   # the LLVM major version the tool reports
+
+
+def candidates(name: str, path_var: str | None) -> list[str]:
+  """Every file that may be `name`: on PATH (plain and -N suffixed) and under /usr/lib/llvm-*/bin."""
+  found: list[str] = []
+  for d in (path_var or "").split(os.pathsep):
+    if d: found += [p for p in [os.path.join(d, name), *sorted(glob.glob(os.path.join(d, f"{name}-[0-9]*")))] if os.path.isfile(p)]
+  found += sorted(glob.glob(f"/usr/lib/llvm-*/bin/{name}"))
+  unique: dict[str, str] = {}
+  for p in found: unique.setdefault(os.path.realpath(p), p)
+  return [p for p in unique.values() if os.access(p, os.X_OK)]
+
+
+@functools.lru_cache(maxsize=None)
+def tool_version(path: str) -> int | None:
+  """The major version `path --version` reports ('LLVM version 19.1.7', 'LLD 19.1.7'), or None."""
+  try:
+    out = subprocess.run([path, "--version"], capture_output=True, text=True, timeout=30).stdout
+  except (OSError, subprocess.SubprocessError):
+    return None
+  m = re.search(r"(?:LLVM version|LLD|clang version) (\d+)\.", out)
+  return int(m.group(1)) if m else None
+
+
+def found_tools(name: str, env: Mapping[str, str] = os.environ) -> list[Tool]:
+  """Every runnable `name` with its version, newest first."""
+  tools = [Tool(p, v) for p in candidates(name, env.get("PATH")) if (v := tool_version(p)) is not None]
+  return sorted(tools, key=lambda t: -t.version)
+
+
+def find_tool(name: str, min_version: int = 0, env: Mapping[str, str] = os.environ) -> Tool | None:
+  """The newest `name` of at least `min_version`, or None."""
+  return next((t for t in found_tools(name, env) if t.version >= min_version), None)
+
+
+def describe_missing(name: str, min_version: int, package: str, env: Mapping[str, str] = os.environ) -> str:
+  """Why no `name` >= min_version is usable, naming what was found instead and how to get one."""
+  found = ", ".join(f"{t.version} at {t.path}" for t in found_tools(name, env))
+  return (f"{name} >= {min_version} not found" + (f" (found only LLVM {found})" if found else "")
+          + f"; install it, e.g. Debian's {package}")
