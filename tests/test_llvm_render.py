@@ -4,6 +4,7 @@ the errors it reports instead of rendering something wrong. Every rendered modul
 verified by LLVM."""
 from __future__ import annotations
 
+import re
 import shutil
 import subprocess
 import tempfile
@@ -373,3 +374,20 @@ kernel clash {
 CHECK: define hidden void @clash(ptr noalias %exit, ptr noalias readonly %entry, ptr noalias readonly %ridx0)
 CHECK: %ridx0.{{[0-9]+}} = phi i64
 """)
+
+
+def test_names_from_the_input_stay_data():
+  """Quotes, comment markers, NUL, newlines, non-ASCII, names shaped like generated ones, a repeated name:
+  each argument gets a name of [A-Za-z0-9_.] (arg.<slot>.<name with other characters as _>), so none of
+  the input's characters reaches the IR, and LLVM's parser takes it for both targets."""
+  names = ['o*/ system(\\"id\\"); /*', "a\\x00b\\nc", "exit.0", "val.1", "\u00e9\u6f22", "x", "x", "%1 = add"]
+  lines = [f'  %p{i} = PARAM {{({i}, "{n}")}} : ptr<f32>' for i, n in enumerate(names)] + ["  %r = RANGE(4) {(0, AxisType.LOOP)}"]
+  for i in range(len(names)): lines += [f"  %i{i} = INDEX(%p{i}, %r)", f"  %v{i} = LOAD(%i{i})"]
+  lines += ["  %s0 = ADD(%v0, %v1)"] + [f"  %s{i} = ADD(%s{i - 1}, %v{i + 1})" for i in range(1, len(names) - 1)]
+  text = "kernel hostile {\n" + "\n".join(lines) + f"\n  STORE(%i0, %s{len(names) - 2})\n}}\n"
+  for target, arch in (("host", None), ("amdgcn", "gfx90a")):
+    ir = rendered(text, target, arch)
+    define = next(line for line in ir.splitlines() if line.startswith("define"))
+    assert re.findall(r"%([^ ,)]+)", define) == ["arg.0.o___system__id______", "arg.1.a_b_c", "arg.2.exit_0", "arg.3.val_1",
+                                                  "arg.4.__", "x", "arg.6.x", "arg.7._1___add"]
+    assert all(ord(c) < 128 for c in ir) and "system(" not in ir and "/*" not in ir

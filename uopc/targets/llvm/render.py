@@ -23,7 +23,7 @@ their definitions (CMPGE = NOT CMPLT is `fcmp uge`: true on NaN), float MAX thro
 from __future__ import annotations
 
 import re
-from typing import Callable
+from typing import Callable, Sequence
 
 from uopc.diagnostics import CompileError, Loc, error
 from uopc.dtype import AddrSpace, DType, PtrDType, dtypes
@@ -68,9 +68,32 @@ _REFUSALS = {Ops.CUSTOM: "CUSTOM injects source text of a C-like target: the LLV
 THREEFRY_ROTATIONS = ((13, 15, 26, 6), (17, 29, 16, 24))
 
 
+_PLAIN = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+
+
+def _input_names(params: Sequence[KernelParam]) -> dict[tuple[str, int | str], str]:
+  """The IR name of each kernel argument, by ("buffer", slot) or ("var", name). A plain identifier is its own name (generated
+  names all end in .N, so they cannot take it); any other name from the input, or a repeated one,
+  becomes arg.<slot>.<name with other characters as _>: three parts, never generated, distinct by slot,
+  and plain enough for the AMD metadata's YAML. No other character of the input reaches the IR."""
+  out: dict[tuple[str, int | str], str] = {}
+  for p in params:
+    plain = _PLAIN.fullmatch(p.name) and p.name not in out.values()
+    out[_arg_key(p.kind, p.slot, p.name)] = p.name if plain else f"arg.{p.slot}.{re.sub(r'[^A-Za-z0-9_]', '_', p.name)[:32]}"
+  return out
+
+
+def _arg_key(kind: str, slot: int, name: str) -> tuple[str, int | str]: return (kind, slot if kind == "buffer" else name)
+
+
 def _llvm_name(name: str) -> str:
-  """A local or global LLVM name: bare when it is a plain identifier, quoted otherwise."""
-  return name if re.fullmatch(r"[-A-Za-z$._][-A-Za-z$._0-9]*", name) else f'"{name}"'
+  """A local or global LLVM name: bare when it is a plain identifier, else quoted with every byte
+  outside [-A-Za-z$._0-9 ] as a \\HH escape, so a name from the input stays a name whatever it holds.
+  LLVM allows no NUL in names: a backslash is first doubled and NUL written as backslash-0 (C's
+  escapes), which keeps distinct names distinct."""
+  if re.fullmatch(r"[-A-Za-z$._][-A-Za-z$._0-9]*", name): return name
+  raw = name.replace("\\", "\\\\").replace("\0", "\\0").encode()
+  return '"' + "".join(chr(b) if chr(b).isascii() and (chr(b).isalnum() or chr(b) in "-$._ ") else f"\\{b:02X}" for b in raw) + '"'
 
 
 def _splat(lit: str, ty: str) -> str:
@@ -129,7 +152,8 @@ class _Kernel:
     self.loop_names: dict[int, str] = {}  # loop number -> its counter's name
     self.ranges = 0
     self.buffer_names: set[str] = set()
-    self.arg_names = {p.name for p in kernel_params(linear)}  # loop counters must not take these
+    self.arg_ir = _input_names(kernel_params(linear))
+    self.arg_names = set(self.arg_ir.values())  # loop counters must not take these
 
   # ---- emission helpers ---------------------------------------------------------------------------
   def fail(self, u: UOp, message: str) -> CompileError:
@@ -173,8 +197,9 @@ class _Kernel:
   def signature(self) -> str:
     args = []
     for p in kernel_params(self.linear):
-      if p.kind == "buffer": args.append(f"{self.ptr(p.dtype)} noalias {'' if p.written else 'readonly '}%{_llvm_name(p.name)}")
-      else: args.append(f"i64 %{_llvm_name(p.name)}")
+      name = self.arg_ir[_arg_key(p.kind, p.slot, p.name)]
+      if p.kind == "buffer": args.append(f"{self.ptr(p.dtype)} noalias {'' if p.written else 'readonly '}%{name}")
+      else: args.append(f"i64 %{name}")
     if self.amdgpu:
       from uopc.targets.geometry import workgroup_geometry
       size = workgroup_geometry(self.linear, self.loc_of).max_flat_size
@@ -200,10 +225,10 @@ class _Kernel:
   def typed(self, u: UOp) -> str: return f"{reg_type(u.dtype)} {self.val(u)}"
 
   # ---- sources ------------------------------------------------------------------------------------
-  def param(self, u: UOp) -> str: return f"%{_llvm_name(param_name(u))}"
+  def param(self, u: UOp) -> str: return f"%{self.arg_ir[('buffer', _slot(u))]}"
 
   def define_var(self, u: UOp) -> str:
-    arg = f"%{_llvm_name(u.arg[0])}"
+    arg = f"%{self.arg_ir[('var', u.arg[0])]}"
     return arg if reg_type(u.dtype) == "i64" else self.value(f"trunc i64 {arg} to {reg_type(u.dtype)}", "var")
 
   def const(self, u: UOp) -> str: return const_literal(u.arg, u.dtype)
@@ -213,7 +238,8 @@ class _Kernel:
     if dt.size < 0: raise self.fail(u, f"BUFFER {param_name(u)!r} needs a known size to be allocated")
     array = f"[{dt.size} x {mem_type(dt.base)}]"
     name = param_name(u)
-    if name in self.buffer_names: name = f"{name}.{_slot(u)}"  # two BUFFERs may share a program name
+    if not _PLAIN.fullmatch(name): name = f"buf.{_slot(u)}.{re.sub(r'[^A-Za-z0-9_]', '_', name)[:32]}"  # as _input_names
+    elif name in self.buffer_names: name = f"{name}.{_slot(u)}"  # two BUFFERs may share a program name
     self.buffer_names.add(name)
     if self.amdgpu and dt.addrspace is AddrSpace.LOCAL:
       glob = f"@{_llvm_name(f'{self.name}.{name}')}"
