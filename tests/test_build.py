@@ -124,22 +124,49 @@ def test_bad_input_leaves_earlier_outputs_untouched(tmp_path):
   assert _snapshot(out) == before
 
 
-def test_c_compiler_failure_is_an_internal_error_and_leaves_outputs(tmp_path):
+def test_a_failing_c_compiler_is_the_users_error_and_leaves_outputs(tmp_path):
+  """A compiler that fails on a one-line C file with the same flags too (CC=false, a bad CFLAGS, a
+  CC that does not exist) is exit 1 with its own words; the earlier outputs stay."""
   out = tmp_path / "out"
   assert uopc(SAXPY, "-o", out).exit_code == 0
   before = _snapshot(out)
   r = uopc(SAXPY, "-o", out, env={"CC": "false"})
-  assert r.exit_code == 2
-  assert "internal compiler error" in r.stderr and "the C compiler failed (exit 1)" in r.stderr
+  assert r.exit_code == 1 and "internal compiler error" not in r.stderr
+  assert "error: false failed (exit 1)" in r.stderr and "fails on a minimal input too" in r.stderr
   assert _snapshot(out) == before
   r = uopc(SAXPY, "-o", out, env={"CC": "gcc", "CFLAGS": "-fno-such-flag"})
-  assert r.exit_code == 2 and "-fno-such-flag" in r.stderr  # the compiler's own stderr is shown
+  assert r.exit_code == 1 and "unrecognized command-line option" in r.stderr  # the compiler's own stderr is shown
+  r = uopc(SAXPY, "-o", out, env={"CC": str(tmp_path / "no-such-cc")})
+  assert r.exit_code == 1 and "cannot run" in r.stderr and "No such file" in r.stderr
   assert _snapshot(out) == before
+
+
+def test_a_compiler_that_fails_only_on_our_code_is_an_internal_error(tmp_path):
+  """Our output refused by a compiler that builds other C fine: an internal compiler error (exit 2)."""
+  picky = tmp_path / "picky-cc"
+  picky.write_text('#!/bin/sh\nfor a in "$@"; do case "$a" in *.uopc-probe.c) exec cc "$@";; esac; done\n'
+                   'echo "picky: I refuse this code" >&2; exit 1\n')
+  picky.chmod(0o755)
+  r = uopc(SAXPY, "-o", tmp_path / "out", env={"CC": str(picky)})
+  assert r.exit_code == 2 and "internal compiler error" in r.stderr and "picky: I refuse this code" in r.stderr
+  assert not (tmp_path / "out").exists() or not any(p.is_file() for p in (tmp_path / "out").rglob("*"))
+
+
+def test_a_ptxas_or_linker_that_fails_everywhere_is_the_users_error(tmp_path):
+  bin_dir = tmp_path / "cuda" / "bin"
+  bin_dir.mkdir(parents=True)
+  for tool in ("ptxas", "fatbinary"):
+    (bin_dir / tool).write_text("#!/bin/sh\necho 'this ptxas is broken' >&2; exit 3\n")
+    (bin_dir / tool).chmod(0o755)
+  r = uopc(SAXPY, "-t", "cuda", "-o", tmp_path / "c", env={"CUDA_HOME": str(tmp_path / "cuda")})
+  assert r.exit_code == 1 and "ptxas failed (exit 3)" in r.stderr and "this ptxas is broken" in r.stderr
+  r = uopc(SAXPY, "-t", "amd", "--arch", "gfx90a", "-o", tmp_path / "a", env={"LD_LLD": "false"})
+  assert r.exit_code == 1 and "false failed (exit 1)" in r.stderr and "internal compiler error" not in r.stderr
 
 
 def test_cflags_from_the_environment_reach_the_compiler(tmp_path):
   r = uopc(SAXPY, "-o", tmp_path, env={"CFLAGS": "-DFOO -Werror=this-is-not-a-warning"})
-  assert r.exit_code == 2 and "this-is-not-a-warning" in r.stderr
+  assert r.exit_code == 1 and "this-is-not-a-warning" in r.stderr
 
 
 # ---- options ---------------------------------------------------------------------------------------------

@@ -22,6 +22,7 @@ from typing import Mapping, TextIO
 from uopc.diagnostics import CompileError, error
 from uopc.pipeline import PrintOptions, check_stage_name, compile_module
 from uopc.targets import BuildRequest, Target, UnknownTargetError, get_target
+from uopc.tools import ToolFailure, run_on_generated
 
 # Flags for fast code on the host CPU's baseline ISA. No -march=native: libraries built in CI are
 # shipped to other machines, where native code can die with SIGILL, and the .so would depend on the
@@ -66,10 +67,6 @@ def cpu_vector_bytes(cpu: str, env: Mapping[str, str]) -> int:
                               (done.stderr.strip().splitlines() or ["(no output)"])[0])])
   macros = {line.split()[1] for line in done.stdout.splitlines() if line.startswith("#define ") and len(line.split()) > 1}
   return 64 if "__AVX512F__" in macros else 32 if "__AVX__" in macros else PORTABLE_VECTOR_BYTES
-
-
-class ToolchainError(Exception):
-  """The C compiler failed on generated code: an internal compiler error, with the compiler's output."""
 
 
 @dataclass(frozen=True)
@@ -172,16 +169,21 @@ def compiler_command(source: Path, output: Path, opt_level: int, env: Mapping[st
           "-o", output.name, source.name, "-lm"]  # kernels call libm (sinf, exp2f, ...)
 
 
-def compile_shared(source: Path, output: Path, opt_level: int, env: Mapping[str, str], extra: tuple[str, ...] = ()) -> None:
-  cmd = compiler_command(source, output, opt_level, env, extra)
+def compile_shared(source: Path, output: Path, opt_level: int, env: Mapping[str, str], extra: tuple[str, ...] = (),
+                   inputs: tuple[str, ...] = (), libs: tuple[str, ...] = ()) -> None:
+  """$CC on generated `source` (plus `inputs`, e.g. an object file, and `libs`) into `output`. A
+  compiler that cannot run, or that fails on a one-line C file with the same flags too, is the
+  user's to fix (exit 1); a failure on our source alone is an internal compiler error."""
+  cmd = [*compiler_command(source, output, opt_level, env, extra), *inputs, *libs]
+  def probe() -> list[str]:
+    (source.parent / ".uopc-probe.c").write_text("int uopc_probe(void) { return 0; }\n")
+    return [*compiler_command(source.parent / ".uopc-probe.c", source.parent / ".uopc-probe.so", opt_level, env, extra), *libs]
   try:
-    done = subprocess.run(cmd, cwd=source.parent, capture_output=True, text=True)
-  except OSError as e:
-    raise ToolchainError(f"cannot run the C compiler '{cmd[0]}' ({e.strerror}); set CC to a C compiler") from e
-  if done.returncode != 0 or not output.is_file():
-    raise ToolchainError(f"the C compiler failed (exit {done.returncode}) on generated code: {shlex.join(cmd)}\n"
-                         f"{done.stdout}{done.stderr}".rstrip())
-  sys.stderr.write(done.stderr)
+    run_on_generated(cmd, source.parent, probe)  # env picks CC and CFLAGS; the compiler runs in ours
+  finally:
+    for leftover in (".uopc-probe.c", ".uopc-probe.so"): (source.parent / leftover).unlink(missing_ok=True)
+  if not output.is_file(): raise ToolFailure(f"the C compiler wrote no {output.name}: {shlex.join(cmd)}")
+
 
 
 def _make_escape(p: Path) -> str:

@@ -1,4 +1,5 @@
-"""LLVM's command-line tools (ld.lld, llvm-mc, ...) found by version, not by name.
+"""Outside tools: LLVM's command-line tools (ld.lld, llvm-mc, ...) found by version, not by name, and
+how a tool's failure on generated files is told apart (the user's tool, or our output).
 
 A machine often has several: Debian installs each LLVM release under /usr/lib/llvm-N/bin and puts
 only some of them on PATH, as `NAME-N` or (the distribution's default release, often an old one) as
@@ -12,9 +13,11 @@ import functools
 import glob
 import os
 import re
+import shlex
 import subprocess
+import sys
 from dataclasses import dataclass
-from typing import Mapping
+from typing import Callable, Mapping
 
 
 @dataclass(frozen=True)
@@ -61,3 +64,33 @@ def describe_missing(name: str, min_version: int, package: str, env: Mapping[str
   found = ", ".join(f"{t.version} at {t.path}" for t in found_tools(name, env))
   return (f"{name} >= {min_version} not found" + (f" (found only LLVM {found})" if found else "")
           + f"; install it, e.g. Debian's {package}")
+
+
+# ---- running a tool on generated files ------------------------------------------------------------------
+
+
+def run_on_generated(cmd: list[str], cwd, probe: Callable[[], list[str]] | None = None, env: Mapping[str, str] | None = None) -> None:
+  """Run an outside tool (the C compiler, ptxas, ...) on files uopc generated. A tool that cannot be
+  started, or that also fails on `probe()`'s command (the same tool and flags on a minimal input that
+  the probe writes), is the user's to fix: a CompileError (exit 1) with the tool's own words. A tool
+  that fails only on our output is our bug: ToolFailure, an internal compiler error. What a tool that
+  succeeds says on stderr (warnings) is passed on."""
+  from uopc.diagnostics import CompileError, error
+  try:
+    done = subprocess.run(cmd, cwd=cwd, capture_output=True, text=True, env=env)
+  except OSError as e:
+    raise CompileError([error(None, f"cannot run '{cmd[0]}': {e.strerror}")]) from e
+  if done.returncode == 0:
+    sys.stderr.write(done.stderr)
+    return
+  said = f"{done.stdout}{done.stderr}".strip() or "(no output)"
+  if probe is not None:
+    check = subprocess.run(probe(), cwd=cwd, capture_output=True, text=True, env=env)
+    if check.returncode != 0:
+      raise CompileError([error(None, f"{os.path.basename(cmd[0])} failed (exit {done.returncode}): {shlex.join(cmd)}", said,
+                                "it fails on a minimal input too, so the tool or its flags are at fault, not the generated code")])
+  raise ToolFailure(f"{os.path.basename(cmd[0])} failed (exit {done.returncode}) on generated code: {shlex.join(cmd)}\n{said}")
+
+
+class ToolFailure(Exception):
+  """An outside tool refused what uopc generated: an internal compiler error, with the tool's output."""

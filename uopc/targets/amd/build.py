@@ -5,7 +5,6 @@ libNAME.so either (codeobj.py says so on stderr)."""
 from __future__ import annotations
 
 import os
-import subprocess
 from pathlib import Path
 from typing import Mapping, Sequence
 
@@ -17,7 +16,7 @@ from uopc.targets.amd.launcher import render_header, render_source
 def build_artifacts(out_dir: Path, name: str, entries: Sequence[EntryKernels], archs: Sequence[str] = DEFAULT_ARCHS,
                     opt_level: int = 3, env: Mapping[str, str] = os.environ) -> dict[str, Path]:
   """Write the artifacts of `entries` (AmdKernels) into `out_dir`; returns their paths by kind."""
-  from uopc.driver import ToolchainError, compiler_command
+  from uopc.driver import compile_shared
   check_archs(archs)
   written = build_code_objects(out_dir, name, [k for e in entries for k in e.kernels], archs, opt_level, env)
   header = out_dir / f"{name}.h"
@@ -27,13 +26,6 @@ def build_artifacts(out_dir: Path, name: str, entries: Sequence[EntryKernels], a
   if None in hsacos: return written
   source, so = out_dir / f"{name}_hip.c", out_dir / f"lib{name}.so"
   source.write_text(render_source(name, entries, [p.read_bytes() for p in hsacos]))
-  cmd = [*compiler_command(source, so, opt_level, env), "-ldl", "-lpthread"]
-  try:
-    done = subprocess.run(cmd, cwd=out_dir, capture_output=True, text=True, env=dict(env))
-  except OSError as e:
-    raise ToolchainError(f"cannot run the C compiler '{cmd[0]}' ({e.strerror}); set CC to a C compiler") from e
-  if done.returncode != 0 or not so.is_file():
-    raise ToolchainError(f"the C compiler failed (exit {done.returncode}) on the HIP launcher: {' '.join(cmd)}\n"
-                         f"{done.stdout}{done.stderr}".rstrip())
+  compile_shared(source, so, opt_level, env, libs=("-ldl", "-lpthread"))
   written.update(source=source, so=so)
   return written

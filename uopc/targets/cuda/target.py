@@ -4,7 +4,6 @@ names the SASS archs (sm_80 or later; default sm_80 and sm_90); the PTX in the f
 newer GPUs through the driver's JIT."""
 from __future__ import annotations
 
-import subprocess
 from pathlib import Path
 
 from uopc.diagnostics import CompileError, error
@@ -44,15 +43,8 @@ def build(req: BuildRequest) -> dict[str, Path]:
 
 
 def _compile(source: Path, so: Path, req: BuildRequest) -> None:
-  from uopc.driver import ToolchainError, compiler_command
-  cmd = [*compiler_command(source, so, req.opt_level, req.env), "-ldl", "-lpthread"]
-  try:
-    done = subprocess.run(cmd, cwd=source.parent, capture_output=True, text=True, env=dict(req.env))
-  except OSError as e:
-    raise ToolchainError(f"cannot run the C compiler '{cmd[0]}' ({e.strerror}); set CC to a C compiler") from e
-  if done.returncode != 0 or not so.is_file():
-    raise ToolchainError(f"the C compiler failed (exit {done.returncode}) on the CUDA launcher: {' '.join(cmd)}\n"
-                         f"{done.stdout}{done.stderr}".rstrip())
+  from uopc.driver import compile_shared
+  compile_shared(source, so, req.opt_level, req.env, libs=("-ldl", "-lpthread"))
 
 
 TARGET = Target("cuda", "NVIDIA GPUs: PTX and a fatbin of SASS per arch (ptxas, fatbinary), with a CUDA driver launcher library",

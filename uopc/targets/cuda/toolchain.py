@@ -11,12 +11,12 @@ from __future__ import annotations
 import importlib.util
 import os
 import shutil
-import subprocess
 import sys
 from pathlib import Path
 from typing import Mapping, Sequence
 
 from uopc.targets.cuda.ptx import RENDER_ARCH
+from uopc.tools import run_on_generated
 
 
 def _wheel_bin_dirs() -> list[Path]:
@@ -33,18 +33,18 @@ def find_tool(name: str, env: Mapping[str, str] = os.environ) -> Path | None:
   return next((d / name for d in _wheel_bin_dirs() if (d / name).is_file()), None)
 
 
-def _run(cmd: list[str], cwd: Path) -> None:
-  """Run a CUDA tool on generated files; its failure is an internal compiler error, with its output."""
-  from uopc.driver import ToolchainError
-  done = subprocess.run(cmd, cwd=cwd, capture_output=True, text=True)
-  if done.returncode != 0:
-    raise ToolchainError(f"{Path(cmd[0]).name} failed (exit {done.returncode}) on generated code: {' '.join(cmd)}\n"
-                        f"{done.stdout}{done.stderr}".rstrip())
-
-
 def assemble(ptx: Path, arch: str, out: Path, ptxas: Path, opt_level: int = 3) -> Path:
-  """SASS for one arch: `ptxas -arch=ARCH -O<opt_level> ptx -o out` (a cubin)."""
-  _run([str(ptxas), f"-arch={arch}", f"-O{opt_level}", ptx.name, "-o", out.name], ptx.parent)
+  """SASS for one arch: `ptxas -arch=ARCH -O<opt_level> ptx -o out` (a cubin). A ptxas that fails on
+  an empty module of the same PTX version and target too (too old for them, say) is the user's to
+  update (exit 1); a failure on our kernels alone is an internal compiler error."""
+  probe_ptx, probe_out = ptx.with_name(".uopc-probe.ptx"), ptx.with_name(".uopc-probe.cubin")
+  def probe() -> list[str]:
+    probe_ptx.write_text("".join(line for line in ptx.read_text().splitlines(True) if line.startswith((".version", ".target", ".address_size"))))
+    return [str(ptxas), f"-arch={arch}", probe_ptx.name, "-o", probe_out.name]
+  try:
+    run_on_generated([str(ptxas), f"-arch={arch}", f"-O{opt_level}", ptx.name, "-o", out.name], ptx.parent, probe)
+  finally:
+    for leftover in (probe_ptx, probe_out): leftover.unlink(missing_ok=True)
   return out
 
 
@@ -68,5 +68,5 @@ def build_fatbin(ptx: Path, archs: Sequence[str], out: Path, opt_level: int = 3,
       cubin = assemble(ptx, arch, ptx.with_name(f"{ptx.stem}.{arch}.cubin"), ptxas, opt_level)
       images.append(f"--image3=kind=elf,sm={_sm(arch)},file={cubin.name}")
   images.append(f"--image3=kind=ptx,sm={_sm(RENDER_ARCH)},file={ptx.name}")
-  _run([str(fatbinary), f"--create={out.name}", "-64", *images], ptx.parent)
+  run_on_generated([str(fatbinary), f"--create={out.name}", "-64", *images], ptx.parent)
   return out

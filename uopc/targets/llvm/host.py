@@ -10,7 +10,6 @@ so the library exports only the launcher's functions, as with `-t c`.
 from __future__ import annotations
 
 import os
-import subprocess
 from dataclasses import replace
 from pathlib import Path
 from typing import Mapping, Sequence
@@ -43,8 +42,8 @@ def artifact_paths(out_dir: Path, name: str) -> dict[str, Path]:
 def build_artifacts(out_dir: Path, name: str, entries: Sequence[EntryKernels], opt_level: int = 3,
                     env: Mapping[str, str] = os.environ) -> dict[str, Path]:
   """Write every artifact of `entries` (kernels rendered by `render_kernel(..., target="host")`) into
-  `out_dir`; returns their paths by kind. A failing C compiler raises the driver's ToolchainError."""
-  from uopc.driver import ToolchainError, compiler_command
+  `out_dir`; returns their paths by kind. The C compiler's failures are the driver's compile_shared's."""
+  from uopc.driver import compile_shared
   paths = artifact_paths(out_dir, name)
   module = render_module([k for e in entries for k in e.kernels], "host", module_id=name)
   paths["ir"].write_text(module)
@@ -52,12 +51,5 @@ def build_artifacts(out_dir: Path, name: str, entries: Sequence[EntryKernels], o
   declared = launcher_entries(entries)
   paths["header"].write_text(render_header(name, declared))
   paths["source"].write_text(render_source(name, declared, ""))
-  cmd = [*compiler_command(paths["source"], paths["so"], opt_level, env), paths["object"].name, "-lm"]
-  try:
-    done = subprocess.run(cmd, cwd=out_dir, capture_output=True, text=True, env=dict(env))
-  except OSError as e:
-    raise ToolchainError(f"cannot run the C compiler '{cmd[0]}' ({e.strerror}); set CC to a C compiler") from e
-  if done.returncode != 0 or not paths["so"].is_file():
-    raise ToolchainError(f"the C compiler failed (exit {done.returncode}) linking the LLVM kernels: {' '.join(cmd)}\n"
-                         f"{done.stdout}{done.stderr}".rstrip())
+  compile_shared(paths["source"], paths["so"], opt_level, env, inputs=(paths["object"].name,), libs=("-lm",))
   return paths
