@@ -5,7 +5,8 @@ SPEC-NOTES accuracy bar, per dtype, and those it renders only approximately (use
 The decompositions are rules on the rewrite engine, each applied only where the target lacks the op:
 
 - NEG, SUB, DIV, CMPGT, CMPGE, CMPLE, CMPEQ, NOT, MULACC: seed 000's definitions;
-- EXP2, LOG2, SIN, SQRT, POW: the accurate polynomial versions of `uopc.stages.transcendental`;
+- EXP2, LOG2, SIN, SQRT, POW: the accurate polynomial versions of `uopc.stages.transcendental`; POW by
+  a constant integer -4..4 as multiplications (x**-n as RECIP of x**n), by 0.5 as SQRT;
 - THREEFRY: Threefry-2x32 (SPEC-NOTES) on uint32 halves;
 - FLOORDIV/FLOORMOD: truncating IDIV/MOD and a correction where the signs differ;
 - IDIV/MOD by a constant, on targets without a hardware integer divider: multiply-high and shift,
@@ -16,6 +17,7 @@ integer ops), so 64-bit integer ops are not split into 32-bit pairs.
 """
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field, replace
 from typing import Mapping
 
@@ -23,7 +25,7 @@ from uopc.dtype import DType, dtypes
 from uopc.ops import Ops
 from uopc.rewrite import Pat, Rules, graph_rewrite
 from uopc.stages import transcendental as tm
-from uopc.stages.transcendental import add, c, cast, lt, mul, ne, shl, shr, sub, where
+from uopc.stages.transcendental import add, c, cast, eq, lt, mul, ne, shl, shr, sub, where
 from uopc.uop import UOp
 
 ALL = None  # every dtype
@@ -225,6 +227,36 @@ def _decompose(u: UOp, ctx: IselContext) -> UOp | None:
   return floormod(*u.src)  # FLOORMOD
 
 
+def _const_exponent(e: UOp) -> float | None:
+  """The exponent's value when it is one constant (a STACK of one constant after Expand too)."""
+  if e.op is Ops.CONST and not isinstance(e.arg, tuple): return e.arg
+  if e.op is Ops.STACK and all(x is e.src[0] for x in e.src): return _const_exponent(e.src[0])
+  return None
+
+
+def _pow_const(x: UOp, e: UOp, ctx: IselContext) -> UOp | None:
+  """POW by a constant integer -4..4 as multiplications, by 0.5 as SQRT. pow's special values come out
+  the same (x * x of NaN, inf, -0.0; 1 / x of +-0 is +-inf; pow(x, 0) = 1 even for NaN). x**2 and
+  x**-1 are one operation; for the other powers of float32 the product (and its RECIP) is formed in
+  float64 where the target has it (x**2 exact there, one more rounding before the float32 one), as
+  the general POW is; without float64 (Metal) at most two float32 roundings (x*x*x, (x*x)*(x*x),
+  1/(x*x)), and x**-3, x**-4 of float32 stay the general POW. pow(-0.0, 0.5) = +0.0 and pow(-inf, 0.5) = +inf, where SQRT gives -0.0 and NaN."""
+  n = _const_exponent(e)
+  if n is None or not x.dtype.scalar.is_float(): return None  # even where the target has POW: a libm call per element
+  if n == 0.5:
+    root = add(UOp(Ops.SQRT, x.dtype, (x,)), c(x, 0.0))
+    return where(eq(x, c(x, -math.inf)), c(x, math.inf), root)
+  if n != int(n) or not -4 <= n <= 4: return None
+  n, dt = int(n), x.dtype.scalar
+  one_op = n in (-1, 2) or abs(n) < 2   # a correctly rounded single operation, or none
+  work = dtypes.float64 if not one_op and dt is not dtypes.float64 and ctx.caps.float64 else dtypes.float32 if dt in _F16_F32 else dt
+  if work is dt is dtypes.float32 and n < -2: return None  # three roundings in float32: the general POW
+  v = x if work is dt else cast(x, work)
+  p = {0: c(v, 1.0), 1: v, 2: mul(v, v), 3: mul(mul(v, v), v), 4: mul(mul(v, v), mul(v, v))}[abs(n)]
+  if n < 0: p = UOp(Ops.RECIP, p.dtype, (p,))
+  return p if work is dt else cast(p, dt)
+
+
 def _fuse_mulacc(a: UOp, b: UOp, acc: UOp, ctx: IselContext) -> UOp | None:
   if not ctx.caps.fused_mulacc or (a.dtype.scalar.is_float() and not ctx.fast_math): return None
   if ctx.lacks(UOp(Ops.MULACC, a.dtype, (a, b, acc))): return None
@@ -235,6 +267,7 @@ ISEL_RULES = Rules([
   (Pat((Ops.IDIV, Ops.MOD), src=(Pat.var("x"), Pat.cvar("d")), name="u"), _div_by_const),
   (Pat(Ops.ADD, src=(Pat(Ops.MUL, src=(Pat.var("a"), Pat.var("b"))), Pat.var("acc")), commutative=True),
    lambda a, b, acc, ctx: _fuse_mulacc(a, b, acc, ctx)),
+  (Pat(Ops.POW, src=(Pat.var("x"), Pat.var("e"))), _pow_const),
   (Pat(set(_SIMPLE + _TRANSCENDENTAL) | {Ops.THREEFRY, Ops.FLOORDIV, Ops.FLOORMOD}, name="u"), _decompose),
 ])
 
