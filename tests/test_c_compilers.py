@@ -11,7 +11,6 @@ import ctypes
 import glob
 import os
 import subprocess
-from pathlib import Path
 
 import numpy as np
 import pytest

@@ -56,16 +56,16 @@ def test_the_issue_reproducer_sums_to_21(tmp_path):
   f, _ = nested2("ADD", "ADD")
   (tmp_path / "n.uop").write_text(f.text())
   x = np.arange(1, 7, dtype=np.float32).reshape(2, 3)
-  for target, emulated in (("c", False), ("llvm", False), ("cuda", True)):
-    assert run_file(tmp_path / "n.uop", target=target, inputs={"x": x}, emulated=emulated).arrays["out"].tolist() == [21.0]
+  for target, on_emulator in (("c", False), ("llvm", False), ("cuda", True)):
+    assert run_file(tmp_path / "n.uop", target=target, inputs={"x": x}, emulated=on_emulator).arrays["out"].tolist() == [21.0]
 
 
-@pytest.mark.parametrize("target,emulated", [("c", False), ("llvm", False), ("cuda", True), ("amd", True), ("metal", True)])
-def test_nested_reductions_match_numpy(tmp_path, target, emulated):
+@pytest.mark.parametrize("target,on_emulator", [("c", False), ("llvm", False), ("cuda", True), ("amd", True), ("metal", True)])
+def test_nested_reductions_match_numpy(tmp_path, target, on_emulator):
   for i, (f, want) in enumerate(CASES):
     (tmp_path / f"{f.name}.uop").write_text(f.text())
     x = _inputs(f, i)
-    got = run_file(tmp_path / f"{f.name}.uop", target=target, inputs=x, emulated=emulated).arrays["out"]
+    got = run_file(tmp_path / f"{f.name}.uop", target=target, inputs=x, emulated=on_emulator).arrays["out"]
     np.testing.assert_allclose(got, want(x["x"]), rtol=1e-6, err_msg=f"{f.name}\n{f.text()}")
 
 

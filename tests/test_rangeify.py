@@ -181,6 +181,36 @@ def test_reduce_read_inside_another_reduction_loop_is_realized():
   assert len(prog.kernels) == 2 and len(prog.intermediates) == 1
 
 
+def _mlp(act, m=4, k=6, h=8, n=5):
+  """act(x @ w1) @ w2: the activation is read through a broadcast over n inside the second matmul."""
+  x, w1, w2, out = param(0, "x", (m, k)), param(1, "w1", (k, h)), param(2, "w2", (h, n)), param(3, "out", (m, n))
+  a = reshape(reduce(expand(reshape(x, (m, k, 1)), (m, k, h)).alu(Ops.MUL, expand(reshape(w1, (1, k, h)), (m, k, h))), Ops.ADD, (1,)), (m, h))
+  g = act(a)
+  prod = expand(reshape(g, (m, h, 1)), (m, h, n)).alu(Ops.MUL, expand(reshape(w2, (1, h, n)), (m, h, n)))
+  return sink(store(out, reshape(reduce(prod, Ops.ADD, (1,)), (m, n))))
+
+
+def _ops_per_kernel(prog, op):
+  return [sum(u.op is op for u in k.toposort()) for k in prog.kernels]
+
+
+def test_an_expensive_activation_is_computed_once_not_once_per_output_column():
+  """GELU-like a / (1 + exp(..)) fused into the second matmul ran once per output column: it is realized,
+  computed with the first matmul, and the second matmul only reads it."""
+  prog = check(_mlp(lambda a: a.alu(Ops.DIV, const(1.0).alu(Ops.ADD, exp(a.alu(Ops.MUL, const(-1.702)))))))
+  assert len(prog.kernels) == 2 and _ops_per_kernel(prog, Ops.EXP2) == [1, 0]
+
+
+def test_a_cheap_activation_stays_fused():
+  prog = check(_mlp(lambda a: a.alu(Ops.MAX, const(0.0))))  # ReLU: recomputing it costs less than a buffer
+  assert len(prog.kernels) == 2 and _ops_per_kernel(prog, Ops.MAX)[1] == 1
+
+
+def test_an_expensive_value_not_repeated_stays_fused():
+  """softmax's exp is read inside its row sum at every column: not repeated, so one kernel."""
+  assert len(check(softmax_program(4, 8)).kernels) == 1
+
+
 @pytest.mark.parametrize("mkn", [(2, 3, 4), (5, 1, 3), (1, 7, 1), (4, 4, 4)])
 def test_gemm_is_one_kernel(mkn):
   prog = check(gemm_program(*mkn))

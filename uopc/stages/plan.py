@@ -14,7 +14,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from math import prod
 
-from uopc.stages.rangeify import BufferInfo, KernelProgram, Launch, format_shape
+from uopc.stages.kernel_program import BufferInfo, KernelProgram, Launch, format_shape
 
 ALIGN = 64  # bytes; a cache line, and enough for any vector load of the targets
 

@@ -12,7 +12,9 @@
    are read per row, is one kernel: per row, a max loop, an exp-sum loop, the division loop. A
    REDUCE read inside another reduction's loop at an index that moves with it, or read by two
    kernels, would repeat its whole reduction per read: it is realized. Which REDUCEs fuse is found
-   by lowering: a REDUCE found not to fuse is marked realized and the program is lowered again.
+   by lowering: a REDUCE found not to fuse is marked realized and the program is lowered again. So is
+   an expensive elementwise value that lowering finds computed again per iteration of an output loop
+   (read through a broadcast inside a reduction: GELU inside an MLP's second matmul; `fusion_cost`).
    On CPU targets (`rangeify(..., split_reductions=True)`), a full reduction of SPLIT_MIN or more
    elements (every axis reduced, a multiple of SPLIT_CHUNKS elements) is first split in two: the
    reductions of SPLIT_CHUNKS equal chunks, realized (a kernel whose chunks Optimize makes THREAD
@@ -53,66 +55,16 @@ which become run-time arguments of the kernels.
 from __future__ import annotations
 
 from collections import Counter
-from dataclasses import dataclass
 from math import prod
 
 from uopc.diagnostics import CompileError, error
 from uopc.dtype import AddrSpace, DType, dtypes
 from uopc.ops import AxisType, GroupOp, Ops
 from uopc.stages.callify import bind_arguments
+from uopc.stages.fusion_cost import elementwise_cost, repeats_expensive_work
+from uopc.stages.kernel_program import BufferInfo, KernelProgram, Launch
 from uopc.symbolic import simplify
 from uopc.uop import UOp, shape_values, sint
-
-# ---- the result ------------------------------------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class BufferInfo:
-  """A buffer of the program. Entry arguments keep their PARAM slot; intermediates get the slots
-  after the last argument's. A kernel's pointer PARAM carries the slot of the buffer it is bound to."""
-  name: str
-  dtype: DType
-  shape: tuple[sint, ...]
-  slot: int
-  is_arg: bool
-
-
-def format_shape(shape: tuple[sint, ...]) -> str:
-  """`[4, n]`: known sizes as numbers, a DEFINE_VAR by its name, other symbolic sizes as `?`."""
-  return "[" + ", ".join(str(d) if isinstance(d, int) else d.arg[0] if d.op is Ops.DEFINE_VAR else "?" for d in shape) + "]"
-
-
-@dataclass(frozen=True)
-class Launch:
-  """One run of `kernels[kernel]`, with `binds[i] = (kernel slot, buffer)`: the program buffer its pointer
-  PARAM of that slot reads or writes. A kernel of the entry itself uses the buffers' own slots; a
-  CALL body's kernel uses the body's slots, and each call site binds them to its own buffers."""
-  kernel: int
-  binds: tuple[tuple[int, BufferInfo], ...]
-
-  def buffer(self, kernel_slot: int) -> BufferInfo: return next(b for s, b in self.binds if s == kernel_slot)
-
-
-@dataclass(frozen=True)
-class KernelProgram:
-  kernels: tuple[UOp, ...]     # the distinct kernel-level SINKs
-  buffers: tuple[BufferInfo, ...]
-  variables: tuple[UOp, ...]   # the DEFINE_VARs: run-time sizes, passed to every kernel that uses them
-  launches: tuple[Launch, ...]  # in run order
-
-  def buffer(self, name: str) -> BufferInfo: return next(b for b in self.buffers if b.name == name)
-  @property
-  def intermediates(self) -> tuple[BufferInfo, ...]: return tuple(b for b in self.buffers if not b.is_arg)
-
-  def format(self) -> str:
-    """The kernel split, for `--print-after rangeify`: the buffers, then each kernel's IR."""
-    from uopc.frontend import print_uops
-    lines = [f"# {len(self.kernels)} kernel(s), {len(self.launches)} launch(es)"]
-    lines += [f"# slot {b.slot} {b.name}: {b.dtype}{format_shape(b.shape)} {'argument' if b.is_arg else 'intermediate'}" for b in self.buffers]
-    lines += [f"# launch {i}: kernel {ln.kernel}(" + ", ".join(f"{s}={b.name}" for s, b in ln.binds) + ")" for i, ln in enumerate(self.launches)]
-    for i, k in enumerate(self.kernels): lines += [f"# kernel {i}", print_uops(k).rstrip("\n")]
-    return "\n".join(lines) + "\n"
-
 
 # ---- index arithmetic (built plainly; `symbolic.simplify` folds each finished kernel) ---------------
 
@@ -224,7 +176,7 @@ def _realized(order: list[UOp], unfused: frozenset[UOp]) -> tuple[set[UOp], set[
     if u.op is Ops.STORE and len(u.src) == 2 and u.src[1].shape == u.src[0].shape: stored.add(u.src[1])
     read_again = u.op is Ops.REDUCE and (uses[u] > 1 or reread[u])
     if read_again and u not in unfused: fusing.add(u)
-    forced = u.op in (Ops.CONTIGUOUS, Ops.LOAD) or read_again and u in unfused
+    forced = u.op in (Ops.CONTIGUOUS, Ops.LOAD) or u in unfused and (read_again or u.op is not Ops.REDUCE)
     if forced and not (u in stored and uses[u] == 1): out.add(u)
     root = forced or u.op in (Ops.STORE, Ops.CALL, Ops.GETTUPLE)  # the start of a kernel (or of a CALL's)
     own_uses, own_reread = (1, False) if root else (uses[u], reread[u])
@@ -235,7 +187,8 @@ def _realized(order: list[UOp], unfused: frozenset[UOp]) -> tuple[set[UOp], set[
 
 
 class _Unfused(Exception):
-  """A REDUCE tried fused that does not fuse (see `_Kernel.check_fused`): lower again with it realized."""
+  """A REDUCE tried fused that does not fuse (see `_Kernel.check_fused`), or an elementwise value whose
+  fusion repeats expensive work (`_Kernel.check_repeats`): lower again with it realized."""
 
   def __init__(self, reduce: UOp):
     super().__init__()
@@ -256,6 +209,11 @@ def _identity(op: Ops, dt: DType):
   return float(v) if dt.is_float() else bool(v) if dt.is_bool() else v
 
 
+def _ranges(idx: tuple[UOp, ...], valid: UOp | None) -> tuple[UOp, ...]:
+  """The RANGEs an index (and its validity) depends on."""
+  return tuple(r for r in UOp(Ops.SINK, dtypes.void, idx + ((valid,) if valid is not None else ())).toposort() if r.op is Ops.RANGE)
+
+
 class _Kernel:
   """Builds one kernel: its RANGE axes, accumulators, and the memoized lowering of tensor values at an index."""
 
@@ -265,6 +223,7 @@ class _Kernel:
     self.n_regs = 0
     self.memo: dict[tuple, UOp] = {}
     self.outputs: tuple[UOp, ...] = ()  # the output loops, outermost first
+    self.enclosing: list[tuple[UOp, ...]] = []  # the loops around each reduction being lowered, innermost last
 
   @staticmethod
   def ptr(buf: BufferInfo) -> UOp: return UOp(Ops.PARAM, buf.dtype.ptr(), (), (buf.slot, buf.name))
@@ -281,8 +240,16 @@ class _Kernel:
   def check_fused(self, u: UOp, idx: tuple[UOp, ...], valid: UOp | None) -> None:
     """A fused REDUCE must be read by this kernel only, at an index that depends on the outermost output
     loops alone: else its reduction would run again for each iteration of a loop it does not depend on."""
-    deps = {r for r in UOp(Ops.SINK, dtypes.void, idx + ((valid,) if valid is not None else ())).toposort() if r.op is Ops.RANGE}
+    deps = set(_ranges(idx, valid))
     if deps != set(self.outputs[:len(deps)]) or self.program.fused_in.setdefault(u, self) is not self: raise _Unfused(u)
+
+  def check_repeats(self, u: UOp, idx: tuple[UOp, ...], valid: UOp | None) -> None:
+    """An elementwise value computed inside a reduction loop is computed again for each loop around
+    that reduction its index does not depend on: realize it when that repeats expensive work."""
+    if not self.enclosing: return
+    deps = set(_ranges(idx, valid))
+    repeats = [r.src[0].arg if r.src[0].op is Ops.CONST else r.src[0] for r in self.enclosing[-1] if r not in deps]
+    if repeats and repeats_expensive_work(elementwise_cost(u, self.program.costs), repeats): raise _Unfused(u)
 
   def load(self, buf: BufferInfo, idx: tuple[UOp, ...], valid: UOp | None) -> UOp:
     at = UOp(Ops.INDEX, self.ptr(buf).dtype, (self.ptr(buf), _flat(idx, buf.shape)))
@@ -304,6 +271,7 @@ class _Kernel:
     op, src = u.op, u.src
     if op in (Ops.CONST, Ops.DEFINE_VAR): return u
     if op in GroupOp.ALU or op in (Ops.CAST, Ops.BITCAST):
+      self.check_repeats(u, idx, valid)
       if op is Ops.BITCAST and u.dtype.itemsize != src[0].dtype.itemsize:
         raise CompileError([error(None, f"BITCAST between sizes ({src[0].dtype} to {u.dtype}) is not supported in tensor programs")])
       lowered = tuple(self.lower(s, _broadcast_index(idx, s.shape, u.shape), valid) for s in src)
@@ -378,12 +346,13 @@ class _Kernel:
     acc = UOp(Ops.BUFFER, dt.ptr(AddrSpace.REG, 1), (), (self.n_regs, f"acc{self.n_regs}"))
     self.n_regs += 1
     zero = _idx(0)
-    outer = tuple(r for r in UOp(Ops.SINK, dtypes.void, idx + ((valid,) if valid is not None else ())).toposort()
-                  if r.op is Ops.RANGE)
+    outer = _ranges(idx, valid)
     init = UOp(Ops.STORE, dtypes.void, (UOp(Ops.INDEX, acc.dtype, (UOp(Ops.AFTER, acc.dtype, (acc,) + outer) if outer else acc, zero)),
                                         UOp.const(dt, _identity(red, dt))))
     current = UOp(Ops.LOAD, dt, (UOp(Ops.INDEX, acc.dtype, (UOp(Ops.AFTER, acc.dtype, (acc, init) + tuple(ranges)), zero)),))
-    value = self.lower(src, tuple(inner), valid)
+    self.enclosing.append(outer)
+    try: value = self.lower(src, tuple(inner), valid)
+    finally: self.enclosing.pop()
     body = UOp(Ops.STORE, dtypes.void, (UOp(Ops.INDEX, acc.dtype, (acc, zero)), UOp(red, dt, (current, value))))
     for r in reversed(ranges): body = UOp(Ops.END, dtypes.void, (body, r))
     return UOp(Ops.LOAD, dt, (UOp(Ops.INDEX, acc.dtype, (UOp(Ops.AFTER, acc.dtype, (acc, body)), zero)),))
@@ -489,6 +458,7 @@ class _Snapshot(Exception):
 class _Rangeify:
   def __init__(self, sink: UOp, unfused: frozenset[UOp], snapshot: frozenset[UOp], split_reductions: bool):
     self.unfused, self.snapshot, self.split_reductions = unfused, snapshot, split_reductions
+    self.costs: dict[UOp, int] = {}  # fusion_cost.elementwise_cost's memo
     self.version: dict[str, UOp | None] = {}                   # buffer name -> the STORE that wrote its contents
     self.replaced_by: dict[tuple[str, UOp | None], UOp] = {}   # (buffer name, version) -> the STORE that overwrote it
     self.saved: dict[UOp, BufferInfo] = {}                      # STORE -> the copy of the version it overwrote

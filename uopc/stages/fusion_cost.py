@@ -1,0 +1,43 @@
+"""Fusion cost: when computing an elementwise value inside its consumer repeats work.
+
+Rangeify fuses elementwise chains into the kernel that reads them. Inside a reduction loop that
+costs nothing extra when the value varies with every output loop, but a value read through a
+broadcast over an output axis is recomputed once per iteration of that axis: GELU fused into the
+second matmul of an MLP runs once per output column. `repeats_expensive_work` says when that is worse
+than a round trip through memory: the value costs at least EXPENSIVE (a transcendental, a division,
+or a long chain; weights below) and is recomputed more than A_FEW times. Rangeify then realizes it
+into a buffer of its own, computed once per element. Cheap chains (a bias add and ReLU) stay fused.
+"""
+from __future__ import annotations
+
+import math
+
+from uopc.ops import GroupOp, Ops
+from uopc.uop import UOp
+
+EXPENSIVE = 8
+A_FEW = 4
+_WEIGHT = {Ops.EXP2: 8, Ops.LOG2: 8, Ops.SIN: 8, Ops.POW: 16, Ops.SQRT: 4, Ops.RECIP: 4, Ops.DIV: 4,
+           Ops.IDIV: 4, Ops.MOD: 4, Ops.FLOORDIV: 6, Ops.FLOORMOD: 6, Ops.THREEFRY: 16}
+_STOP = (Ops.REDUCE, Ops.CONTIGUOUS, Ops.LOAD, Ops.PARAM, Ops.BUFFER, Ops.CONST, Ops.DEFINE_VAR, Ops.CALL, Ops.GETTUPLE)
+
+
+def elementwise_cost(u: UOp, memo: dict[UOp, int]) -> int:
+  """The weighted count of the ops computed to get one element of `u`, down to its reductions and
+  buffers (a shared subexpression counted once per use: an upper bound)."""
+  if u in memo: return memo[u]
+  if u.op in _STOP: cost = 0
+  else:
+    own = _WEIGHT.get(u.op, 1) if u.op in GroupOp.ALU or u.op in (Ops.CAST, Ops.BITCAST) else 0
+    srcs = u.src[:1] if u.op in GroupOp.Movement else u.src
+    cost = own + sum(elementwise_cost(s, memo) for s in srcs)
+  memo[u] = min(cost, 1 << 20)
+  return memo[u]
+
+
+def repeats_expensive_work(cost: int, repeats: list) -> bool:
+  """Is a value of this cost, recomputed once per combination of `repeats` (loop sizes, ints or
+  symbolic), better realized?"""
+  if cost < EXPENSIVE: return False
+  n = math.prod(r if isinstance(r, int) else A_FEW + 1 for r in repeats)
+  return n > A_FEW
