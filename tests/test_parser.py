@@ -220,6 +220,32 @@ def test_name_errors_are_all_reported():
                   (9, 16, "unknown name 'nope'")]
 
 
+def test_independent_problems_of_one_statement_are_all_reported():
+  base = "%b = PARAM {(0, 'b')} : ptr<i32>\n%i = CONST {0} : index\n%p = INDEX(%b, %i)\n"
+  assert errors(base + "STORE(%p, %nope, %i, %i, %i)\n") == [(4, 1, "STORE takes 2 to 4 sources, got 5"),
+                                                              (4, 11, "unknown value '%nope'")]
+  listing = "0 UOps.DEFINE_GLOBAL : ptr.dtypes.int [] (0, 'data0', True)\n1 UOps.CONST : dtypes.int [] 0\n"
+  assert errors(listing + "2 UOps.STORE : [0, 1, 9, 1, 1] None\n") == [(3, 1, "STORE takes 2 to 4 sources, got 5"),
+                                                                       (3, 23, "unknown value '%9'")]
+  assert errors("%q = FROB(%x, 1)\n") == [(1, 6, "unknown op 'FROB'"), (1, 11, "unknown value '%x'")]
+  assert errors("%a = CONST {1}\n%c = ADD(%a, 1.5, 2.5, %a)\n") == [
+    (2, 1, "ADD takes 2 sources, got 4"), (2, 14, "float literal 1.5 used where dtype i32 is expected"),
+    (2, 19, "float literal 2.5 used where dtype i32 is expected")]
+  assert errors("%u = ALU(%x) {BinaryOps.ADD}\n") == [(1, 1, "ALU takes 2 sources, got 1"), (1, 10, "unknown value '%x'")]
+
+
+def test_no_follow_on_errors():
+  # a literal's dtype is unknown while an operand is: not wrong; a bad name is reported once; users stay quiet
+  assert errors("%s = ADD(%gone, 1.5)\n%t = MUL(%s, %s)\n") == [(1, 10, "unknown value '%gone'")]
+  assert errors("%i = CONST {0}\n%r = ADD(%i, foo)\n") == [(2, 14, "unknown name 'foo'")]
+  assert errors("%r = CAST(%gone) {f32}\n%s = ADD(%r, %r)\n") == [(1, 11, "unknown value '%gone'")]
+
+
+def test_statement_errors_are_located_with_a_caret():
+  with pytest.raises(CompileError) as e: parse_source("%b = PARAM {(0, 'b')} : ptr<i32>\nSTORE(%b, %x, 1, 2, 3)\n", "f.uop")
+  assert e.value.format().startswith("f.uop:2:1: error: STORE takes 2 to 4 sources, got 5\nSTORE(%b, %x, 1, 2, 3)\n^")
+
+
 def test_names_are_per_entry():
   errs = errors("kernel a {\n  %x = CONST {1}\n}\nkernel b {\n  %y = ADD(%x, %x)\n}\n")
   assert [m for _, _, m in errs] == ["unknown value '%x'"] * 2

@@ -18,6 +18,7 @@ from typing import Any, Callable
 from uopc.diagnostics import Diagnostic, Loc, error
 from uopc.dtype import AddrSpace, DType, dtypes
 from uopc.ops import Ops
+from uopc.verify import RULES as VERIFY_RULES
 
 Rule = Callable[..., Any]
 
@@ -31,6 +32,21 @@ class StmtError(Exception):
 
 def _fail(loc: Loc, message: str):
   raise StmtError(error(loc, message))
+
+
+# operand counts of statements whose legacy forms take other counts than the modern op (verify.RULES)
+_SOURCE_COUNTS: dict[str, tuple[int, int | None]] = {
+  "STORE": (2, 4), "LOOP": (1, 2), "RANGE": (1, 2), "ENDLOOP": (1, 2), "ENDRANGE": (1, 2), "END": (1, 2),
+  "SPECIAL": (0, 1), "DEFINE_GLOBAL": (0, 0), "DEFINE_LOCAL": (0, 0), "DEFINE_ACC": (1, None), "ASSIGN": (2, 2),
+  "VCONST": (0, 0),
+}
+
+
+def source_counts(name: str, op: Ops | None, arg) -> tuple[int, int | None] | None:
+  """The operand counts statement `name` (prefix stripped) accepts in any of its forms; None if unknown."""
+  if name in _SOURCE_COUNTS: return _SOURCE_COUNTS[name]
+  if name == "ALU": op = arg if isinstance(arg, Ops) else None
+  return VERIFY_RULES[op][0] if op in VERIFY_RULES else None
 
 
 def _as_index(b, u, loc: Loc):
