@@ -5,6 +5,8 @@ statement. Name errors do not stop the parse: the statement's result is poisoned
 stay quiet, and every error of the file is reported together. A statement that cannot be built
 reports each of its independent problems (an unknown op, each bad operand, a wrong operand count),
 never one that follows from another (a literal's dtype is not judged while an operand is unknown).
+A legacy statement (a numbered listing line, a `UOps.`/`Ops.` prefix, a seed 001-003 op name) is
+built through `legacy.build`, which unifies its integers; a modern one is built as written.
 """
 from __future__ import annotations
 
@@ -118,6 +120,8 @@ class EntryBuilder:
     self._consume(srcs)
     rule = legacy.RULES.get(name)
     if rule is not None and (u := rule(self, srcs, arg, s.dtype, loc)) is not None: return u
+    if s.numbered or name != s.opname or name in legacy.LEGACY_NAMES:  # written as seeds 001-003 wrote it
+      return legacy.build(self, op, srcs, arg, s.dtype, loc)
     return self.uop(op, srcs, arg, s.dtype, loc)
 
   def _check_count(self, s: Stmt, name: str, op: Ops | None, arg: Any, loc: Loc, problems: list[Diagnostic]) -> None:
