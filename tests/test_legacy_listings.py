@@ -21,6 +21,9 @@ CASES = {
   "seed001_loop_store": ({"data0": np.zeros(10, i32)}, list(range(10))),                  # data0[i] = i
   "seed001_loop_offset": ({"data0": np.zeros(6, i32), "data1": np.arange(10, 16, dtype=i32)},
                           [0, 0, 12 * 2, 13 * 3, 14 * 4, 15 * 5]),                        # i in 2..5: data1[i] * i
+  "seed003_acc": ({"data0": np.zeros(1, i32), "data1": np.arange(10, dtype=i32)}, [45]),  # sum of data1
+  "seed003_gated": ({"data0": np.full(4, -1, i32), "data1": np.arange(10, 14, dtype=i32)},
+                    [10, 11, 7, -1]),                    # g < 3: (g < 2 ? data1[g] : 7); data0[3] untouched
 }
 
 
@@ -55,6 +58,11 @@ def test_a_loaded_int_meeting_the_loop_counter_is_cast_to_index():
   mul = _store("seed001_loop_offset").src[1].src[0]
   assert mul.op is Ops.MUL and mul.dtype is dtypes.index
   assert mul.src[0].op is Ops.CAST and mul.src[0].src[0].op is Ops.LOAD and mul.src[0].src[0].dtype is dtypes.int32
+
+
+def test_an_accumulator_used_as_a_value_is_loaded():
+  store = _store("seed003_acc")
+  assert store.src[1].op is Ops.LOAD and store.src[1].src[0].dtype.addrspace.name == "REG"
 
 
 def _verify_messages(text: str) -> list[str]:

@@ -115,8 +115,10 @@ def test_assign_is_store_then_after():
   p = UOp(Ops.INDEX, dtypes.float32.ptr(), (param(0, "b", dtypes.float32.ptr()), idx(0)))
   assert s is sink(UOp(Ops.STORE, dtypes.void, (p, UOp.const(dtypes.float32, 1.0))))  # the AFTER is unused
   used = one_sink("%b = PARAM {(0, 'b')} : ptr<f32>\n%p = INDEX(%b, 0)\n%a = ASSIGN(%p, 1.0)\n%v = LOAD(%a)\nSTORE(%p, %v)")
-  after = used.src[0].src[1].src[0]
-  assert len(used.src) == 1 and after.op is Ops.AFTER and after.src[1].op is Ops.STORE
+  value = used.src[0].src[1].src[0]  # INDEX(AFTER(buffer, STORE), offset): memory is ordered on the buffer
+  assert len(used.src) == 1 and value.op is Ops.INDEX and value.src[1] is idx(0)
+  assert value.src[0].op is Ops.AFTER and value.src[0].src[0] is param(0, "b", dtypes.float32.ptr())
+  assert value.src[0].src[1].op is Ops.STORE
 
 
 def test_vconst_and_vectorize_are_stacks():
@@ -136,8 +138,10 @@ def test_define_acc_is_an_initialised_register():
     "ADD_PLACEHOLDER", "%v") + "\n%w = LOAD(%a)\nSINK(%w)")
   reg = UOp(Ops.BUFFER, dtypes.float32.ptr(AddrSpace.REG, 1), (), (0, "acc0"))
   p = UOp(Ops.INDEX, reg.dtype, (reg, idx(0)))
-  acc = UOp(Ops.AFTER, reg.dtype, (p, UOp(Ops.STORE, dtypes.void, (p, UOp.const(dtypes.float32, 0.0)))))
-  assert s.src[0].src[0].src[0] is acc
+  init = UOp(Ops.STORE, dtypes.void, (p, UOp.const(dtypes.float32, 0.0)))
+  acc = UOp(Ops.INDEX, reg.dtype, (UOp(Ops.AFTER, reg.dtype, (reg, init)), idx(0)))
+  update = UOp(Ops.STORE, dtypes.void, (acc, UOp(Ops.LOAD, dtypes.float32, (acc,))))
+  assert s is sink(UOp(Ops.LOAD, dtypes.float32, (UOp(Ops.INDEX, reg.dtype, (UOp(Ops.AFTER, reg.dtype, (reg, update)), idx(0))),)))
 
 
 def test_integer_const_with_float_dtype_stays_as_written():

@@ -6,10 +6,12 @@ A rule returns None when the statement is already in modern form; then the op is
 through `builder.uop` (or `build`, which ends there), so every UOp it makes gets the statement's location.
 
 DEFINE_ACC (no modern twin): `DEFINE_ACC(init, ranges...) {(k,)} : T` becomes a pointer to a
-one-element REG buffer that holds `init` before anything reads it:
-`AFTER(INDEX(BUFFER {(k, "acck")} : ptr<T, reg, 1>, 0), STORE(INDEX(...), init))`. Read it with
-LOAD, update it with ASSIGN (STORE + AFTER). The ranges are not needed: the accumulator lives in
-a register for the whole kernel.
+one-element REG buffer that holds `init` before anything reads it, read inside its ranges:
+`INDEX(AFTER(BUFFER {(k, "acck")} : ptr<T, reg, 1>, STORE(INDEX(BUFFER, 0), init), ranges...), 0)`.
+ASSIGN(target, value) is `STORE(target, value)`, and its value the target's buffer after that STORE:
+`INDEX(AFTER(buffer, STORE), index)`. Memory is ordered on the buffer, as the pipeline wants it (modern
+programs write accumulators so). In a legacy statement an accumulator used as a value (an ALU or CAST
+operand, a stored value: seed 003's `DEFINE_ACC -> ALU -> ASSIGN(acc)`) is LOADed.
 
 Integers of seeds 001-003 (`build`): those seeds wrote every integer `dtypes.int`, the loop counter,
 the thread index and addresses included; modern IR keeps `index` apart. Only in a legacy statement
@@ -78,14 +80,21 @@ def _is_int_scalar(dt: DType) -> bool: return dt.count == 1 and not dt.is_ptr() 
 
 def build(b, op: Ops, srcs: tuple, arg, dtype: DType | None, loc: Loc):
   """`op(srcs) {arg} : dtype` of a legacy statement, its integers unified as the module docstring says."""
+  if op in GroupOp.ALU or op in (Ops.CAST, Ops.BITCAST): srcs = tuple(_loaded(b, s, loc) for s in srcs)
   if op in GroupOp.ALU: srcs, dtype = _unified_alu(b, op, srcs, dtype, loc)
   elif op is Ops.STORE and len(srcs) >= 2:
-    srcs = (srcs[0], _stored_value(b, srcs[0], srcs[1], loc)) + srcs[2:]
+    srcs = (srcs[0], _stored_value(b, srcs[0], _loaded(b, srcs[1], loc), loc)) + srcs[2:]
   elif op is Ops.INDEX and len(srcs) >= 2 and _is_int_scalar(srcs[1].dtype):
     srcs = (srcs[0], _as_index(b, srcs[1], loc)) + srcs[2:]
   elif op in (Ops.RANGE, Ops.SPECIAL) and len(srcs) == 1 and _is_int_scalar(srcs[0].dtype):
     srcs = (_as_index(b, srcs[0], loc),)
   return b.uop(op, srcs, arg, dtype, loc)
+
+
+def _loaded(b, u, loc: Loc):
+  """A REG accumulator (DEFINE_ACC, ASSIGN) used as a value, LOADed; any other operand as it is."""
+  if not (u.dtype.is_ptr() and u.dtype.addrspace is AddrSpace.REG): return u
+  return b.uop(Ops.LOAD, (u,), None, None, loc)
 
 
 def _unified_alu(b, op: Ops, srcs: tuple, dtype: DType | None, loc: Loc) -> tuple[tuple, DType | None]:
@@ -142,16 +151,24 @@ def define_acc(b, srcs, arg, dtype, loc):
   dt = dtype or srcs[0].dtype
   k = arg[0] if isinstance(arg, tuple) and arg and isinstance(arg[0], int) else arg if isinstance(arg, int) else b.count("acc")
   buf = b.uop(Ops.BUFFER, (), (k, f"acc{k}"), dt.ptr(AddrSpace.REG, 1), loc)
-  ptr = b.uop(Ops.INDEX, (buf, b.uop(Ops.CONST, (), 0, dtypes.index, loc)), None, None, loc)
-  return b.uop(Ops.AFTER, (ptr, b.uop(Ops.STORE, (ptr, srcs[0]), None, None, loc)), None, None, loc)
+  zero = b.uop(Ops.CONST, (), 0, dtypes.index, loc)
+  init = build(b, Ops.STORE, (b.uop(Ops.INDEX, (buf, zero), None, None, loc), srcs[0]), None, None, loc)
+  return b.uop(Ops.INDEX, (b.uop(Ops.AFTER, (buf, init) + srcs[1:], None, None, loc), zero), None, None, loc)
 
 
 def assign(b, srcs, arg, dtype, loc):
-  """ASSIGN(target, value) -> AFTER(target, STORE(target, value)); the STORE is a root until the AFTER is used."""
+  """See the module docstring; the STORE is a root until the value is used. A written dtype that is the
+  target's element (seed 003 wrote the value's) means the target's pointer."""
   if len(srcs) != 2: _fail(loc, "ASSIGN takes (target, value)")
   store = build(b, Ops.STORE, srcs, None, None, loc)
   b.add_void(store)
-  return b.uop(Ops.AFTER, (srcs[0], store), None, dtype, loc)
+  target = srcs[0]
+  if dtype is not None and target.dtype.is_ptr() and dtype is target.dtype.base: dtype = None
+  if target.op is not Ops.INDEX: return b.uop(Ops.AFTER, (target, store), None, dtype, loc)
+  buf = target.src[0]
+  while buf.op is Ops.AFTER: buf = buf.src[0]
+  after = b.uop(Ops.AFTER, (buf, store), None, None, loc)
+  return b.uop(Ops.INDEX, (after,) + target.src[1:], None, dtype, loc)
 
 
 def vconst(b, srcs, arg, dtype, loc):

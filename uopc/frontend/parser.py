@@ -151,7 +151,8 @@ class EntryBuilder:
   def _consume(self, srcs: tuple[UOp, ...]) -> None:
     for u in srcs:
       self.used.add(u)
-      if u.op is Ops.AFTER: self.used.update(u.src[1:])  # the effects an AFTER orders are consumed with it
+      after = u.src[0] if u.op is Ops.INDEX and u.src else u  # an ASSIGN's value is INDEX(AFTER(...))
+      if after.op is Ops.AFTER: self.used.update(after.src[1:])  # the effects an AFTER orders are consumed with it
 
   def _ref(self, r: Ref) -> UOp | None:
     if r.name not in self.values:
