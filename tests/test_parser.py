@@ -115,8 +115,10 @@ def test_assign_is_store_then_after():
   p = UOp(Ops.INDEX, dtypes.float32.ptr(), (param(0, "b", dtypes.float32.ptr()), idx(0)))
   assert s is sink(UOp(Ops.STORE, dtypes.void, (p, UOp.const(dtypes.float32, 1.0))))  # the AFTER is unused
   used = one_sink("%b = PARAM {(0, 'b')} : ptr<f32>\n%p = INDEX(%b, 0)\n%a = ASSIGN(%p, 1.0)\n%v = LOAD(%a)\nSTORE(%p, %v)")
-  after = used.src[0].src[1].src[0]
-  assert len(used.src) == 1 and after.op is Ops.AFTER and after.src[1].op is Ops.STORE
+  value = used.src[0].src[1].src[0]  # INDEX(AFTER(buffer, STORE), offset): memory is ordered on the buffer
+  assert len(used.src) == 1 and value.op is Ops.INDEX and value.src[1] is idx(0)
+  assert value.src[0].op is Ops.AFTER and value.src[0].src[0] is param(0, "b", dtypes.float32.ptr())
+  assert value.src[0].src[1].op is Ops.STORE
 
 
 def test_vconst_and_vectorize_are_stacks():
@@ -136,8 +138,10 @@ def test_define_acc_is_an_initialised_register():
     "ADD_PLACEHOLDER", "%v") + "\n%w = LOAD(%a)\nSINK(%w)")
   reg = UOp(Ops.BUFFER, dtypes.float32.ptr(AddrSpace.REG, 1), (), (0, "acc0"))
   p = UOp(Ops.INDEX, reg.dtype, (reg, idx(0)))
-  acc = UOp(Ops.AFTER, reg.dtype, (p, UOp(Ops.STORE, dtypes.void, (p, UOp.const(dtypes.float32, 0.0)))))
-  assert s.src[0].src[0].src[0] is acc
+  init = UOp(Ops.STORE, dtypes.void, (p, UOp.const(dtypes.float32, 0.0)))
+  acc = UOp(Ops.INDEX, reg.dtype, (UOp(Ops.AFTER, reg.dtype, (reg, init)), idx(0)))
+  update = UOp(Ops.STORE, dtypes.void, (acc, UOp(Ops.LOAD, dtypes.float32, (acc,))))
+  assert s is sink(UOp(Ops.LOAD, dtypes.float32, (UOp(Ops.INDEX, reg.dtype, (UOp(Ops.AFTER, reg.dtype, (reg, update)), idx(0))),)))
 
 
 def test_integer_const_with_float_dtype_stays_as_written():
@@ -218,6 +222,32 @@ def test_name_errors_are_all_reported():
                   (3, 12, "'%c' is used before its definition"), (3, 16, "'%c' is used before its definition"),
                   (5, 3, "redefinition of '%c'"), (6, 8, "unknown op 'FROB'"), (7, 20, "unknown dtype 'flt32'"),
                   (9, 16, "unknown name 'nope'")]
+
+
+def test_independent_problems_of_one_statement_are_all_reported():
+  base = "%b = PARAM {(0, 'b')} : ptr<i32>\n%i = CONST {0} : index\n%p = INDEX(%b, %i)\n"
+  assert errors(base + "STORE(%p, %nope, %i, %i, %i)\n") == [(4, 1, "STORE takes 2 to 4 sources, got 5"),
+                                                              (4, 11, "unknown value '%nope'")]
+  listing = "0 UOps.DEFINE_GLOBAL : ptr.dtypes.int [] (0, 'data0', True)\n1 UOps.CONST : dtypes.int [] 0\n"
+  assert errors(listing + "2 UOps.STORE : [0, 1, 9, 1, 1] None\n") == [(3, 1, "STORE takes 2 to 4 sources, got 5"),
+                                                                       (3, 23, "unknown value '%9'")]
+  assert errors("%q = FROB(%x, 1)\n") == [(1, 6, "unknown op 'FROB'"), (1, 11, "unknown value '%x'")]
+  assert errors("%a = CONST {1}\n%c = ADD(%a, 1.5, 2.5, %a)\n") == [
+    (2, 1, "ADD takes 2 sources, got 4"), (2, 14, "float literal 1.5 used where dtype i32 is expected"),
+    (2, 19, "float literal 2.5 used where dtype i32 is expected")]
+  assert errors("%u = ALU(%x) {BinaryOps.ADD}\n") == [(1, 1, "ALU takes 2 sources, got 1"), (1, 10, "unknown value '%x'")]
+
+
+def test_no_follow_on_errors():
+  # a literal's dtype is unknown while an operand is: not wrong; a bad name is reported once; users stay quiet
+  assert errors("%s = ADD(%gone, 1.5)\n%t = MUL(%s, %s)\n") == [(1, 10, "unknown value '%gone'")]
+  assert errors("%i = CONST {0}\n%r = ADD(%i, foo)\n") == [(2, 14, "unknown name 'foo'")]
+  assert errors("%r = CAST(%gone) {f32}\n%s = ADD(%r, %r)\n") == [(1, 11, "unknown value '%gone'")]
+
+
+def test_statement_errors_are_located_with_a_caret():
+  with pytest.raises(CompileError) as e: parse_source("%b = PARAM {(0, 'b')} : ptr<i32>\nSTORE(%b, %x, 1, 2, 3)\n", "f.uop")
+  assert e.value.format().startswith("f.uop:2:1: error: STORE takes 2 to 4 sources, got 5\nSTORE(%b, %x, 1, 2, 3)\n^")
 
 
 def test_names_are_per_entry():

@@ -9,8 +9,9 @@ from uopc.ops import Ops
 from uopc.uop import UOp
 
 SAMPLES = sorted((Path(__file__).resolve().parents[1] / "samples").glob("*.uop"))
-LEGACY = {"seed001_alu", "seed001_const", "seed001_define_global", "seed001_load", "seed001_loop", "seed001_special",
-          "seed001_store", "seed002_add1", "seed002_add2", "seed002_cast"}
+LEGACY = {"seed001_alu", "seed001_const", "seed001_define_global", "seed001_load", "seed001_loop", "seed001_loop_offset",
+          "seed001_loop_store", "seed001_special", "seed001_store", "seed002_add1", "seed002_add2", "seed002_cast",
+          "seed002_gidx_add", "seed003_acc", "seed003_gated"}
 
 PROGRAMS = {
   'values': 'kernel v {\n  %c = CUSTOM {(-0.0, nan, -nan, inf, -inf, 1e-300, 5e+300, "t\\"ab\\\\\\n\\x00", (), (1,), AddrSpace.REG, AxisType.UPCAST, ptr<u8, reg, 3>, bf16x8, -9223372036854775808)} : void\n}\n',

@@ -573,10 +573,17 @@ RULES: dict[Ops, tuple[tuple[int, int | None], tuple[Check, ...]]] = {
 }
 
 
+def source_count_problem(name: str, n: int, counts: tuple[int, int | None]) -> str | None:
+  """Why `n` sources are wrong for op `name` taking `counts` (min, max or None), or None; the front end
+  uses it on statements it could not build."""
+  lo, hi = counts
+  return None if _src_count_ok(n, lo, hi) else f"{name} takes {_count_text(lo, hi)}, got {n}"
+
+
 def check_uop(u: UOp) -> list[str]:
   """Every problem of one UOp on its own, as messages; the rules after the source count need it right."""
-  (lo, hi), checks = RULES[u.op]
-  if not _src_count_ok(len(u.src), lo, hi): return [f"{u.op.name} takes {_count_text(lo, hi)}, got {len(u.src)}"]
+  counts, checks = RULES[u.op]
+  if (msg := source_count_problem(u.op.name, len(u.src), counts)) is not None: return [msg]
   return [msg for check in checks for msg in check(u)]
 
 

@@ -2,7 +2,11 @@
 
 Statements are built in order, one UOp (or a few, for legacy forms) each, with O(1) work per
 statement. Name errors do not stop the parse: the statement's result is poisoned, so its users
-stay quiet, and every error of the file is reported together.
+stay quiet, and every error of the file is reported together. A statement that cannot be built
+reports each of its independent problems (an unknown op, each bad operand, a wrong operand count),
+never one that follows from another (a literal's dtype is not judged while an operand is unknown).
+A legacy statement (a numbered listing line, a `UOps.`/`Ops.` prefix, a seed 001-003 op name) is
+built through `legacy.build`, which unifies its integers; a modern one is built as written.
 """
 from __future__ import annotations
 
@@ -20,6 +24,7 @@ from uopc.frontend.syntax import BAD, CloseBlock, Lit, OpenBlock, Ref, Shape, St
 from uopc.module import Entry, Module
 from uopc.ops import AxisType, GroupOp, Ops, op_by_name
 from uopc.uop import UOp
+from uopc.verify import source_count_problem
 
 _C_IDENT = re.compile(r"[A-Za-z_][A-Za-z0-9_]*\Z")
 _C_KEYWORDS = frozenset("""auto break case char const continue default do double else enum extern float for goto if
@@ -100,31 +105,54 @@ class EntryBuilder:
     self.last = u
 
   def _build(self, s: Stmt, loc: Loc) -> UOp:
-    srcs = self._operands(s, loc)
-    arg = None if s.arg is None else s.arg.value
-    if arg is BAD or s.dtype is BAD or _has_bad(arg): raise Poisoned()
     name = s.opname
     for prefix in _OP_PREFIXES: name = name.removeprefix(prefix)
+    op = _op_named(name)
+    problems: list[Diagnostic] = []
+    if op is None and name not in legacy.RULES:
+      problems.append(error(Loc(self.module.path, s.line, s.op_col), f"unknown op '{s.opname}'"))
+    srcs = self._operands(s, loc, problems)
+    arg = None if s.arg is None else s.arg.value
+    if problems or srcs is None or arg is BAD or s.dtype is BAD or _has_bad(arg):
+      self._check_count(s, name, op, arg, loc, problems)
+      self.diags.extend(problems)
+      raise Poisoned()
+    self._consume(srcs)
     rule = legacy.RULES.get(name)
     if rule is not None and (u := rule(self, srcs, arg, s.dtype, loc)) is not None: return u
-    op = _op_named(name)
-    if op is None: raise StmtError(error(Loc(self.module.path, s.line, s.op_col), f"unknown op '{s.opname}'"))
+    if s.numbered or name != s.opname or name in legacy.LEGACY_NAMES:  # written as seeds 001-003 wrote it
+      return legacy.build(self, op, srcs, arg, s.dtype, loc)
     return self.uop(op, srcs, arg, s.dtype, loc)
 
-  def _operands(self, s: Stmt, loc: Loc) -> tuple[UOp, ...]:
+  def _check_count(self, s: Stmt, name: str, op: Ops | None, arg: Any, loc: Loc, problems: list[Diagnostic]) -> None:
+    """A statement that cannot be built still gets its operand count checked: it does not depend on
+    the operands that failed, so it is an independent problem (verify checks it on built statements)."""
+    if (counts := legacy.source_counts(name, op, arg)) is None: return
+    if (msg := source_count_problem(name, len(s.operands), counts)) is not None: problems.append(error(loc, msg))
+
+  def _operands(self, s: Stmt, loc: Loc, problems: list[Diagnostic]) -> tuple[UOp, ...] | None:
+    """The operands, or None when one of them failed (each failure is in `problems` or already reported).
+    Literals are typed only when every %-operand is known: otherwise their dtype is unknown, not wrong."""
     refs = [self._ref(o) for o in s.operands if isinstance(o, Ref)]
-    if any(r is None for r in refs): raise Poisoned()
+    known = all(r is not None for r in refs)
     written = s.dtype if isinstance(s.dtype, DType) else None
-    lit_dtype = _literal_dtype(s.opname, refs, written) if len(refs) < len(s.operands) else None
-    out = []
+    lit_dtype = _literal_dtype(s.opname, refs, written) if known and len(refs) < len(s.operands) else None
+    out: list[UOp | None] = []
     for o in s.operands:
-      if isinstance(o, Ref): out.append(self.values[o.name])
-      elif isinstance(o, Shape): out.append(self._shape(o, loc))
-      else: out.append(self._literal(o, lit_dtype))
-    for u in out:
+      try:
+        if isinstance(o, Ref): out.append(self.values.get(o.name))
+        elif isinstance(o, Shape): out.append(self._shape(o, loc))
+        else: out.append(self._literal(o, lit_dtype))
+      except StmtError as e:
+        problems.append(e.diag); out.append(None)  # noqa: E702
+      except Poisoned: out.append(None)
+    return tuple(out) if all(u is not None for u in out) else None
+
+  def _consume(self, srcs: tuple[UOp, ...]) -> None:
+    for u in srcs:
       self.used.add(u)
-      if u.op is Ops.AFTER: self.used.update(u.src[1:])  # the effects an AFTER orders are consumed with it
-    return tuple(out)
+      after = u.src[0] if u.op is Ops.INDEX and u.src else u  # an ASSIGN's value is INDEX(AFTER(...))
+      if after.op is Ops.AFTER: self.used.update(after.src[1:])  # the effects an AFTER orders are consumed with it
 
   def _ref(self, r: Ref) -> UOp | None:
     if r.name not in self.values:
@@ -144,15 +172,18 @@ class EntryBuilder:
     self.module.locs.setdefault(u, loc)
     return u
 
-  def _literal(self, lit: Lit, dt: DType) -> UOp:
+  def _literal(self, lit: Lit, dt: DType | None) -> UOp | None:
+    """The literal as a CONST of `dt`; with `dt` None (unknown) only what holds for any dtype is checked."""
     loc = Loc(self.module.path, lit.line, lit.col)
     v = lit.value
+    if v is BAD: raise Poisoned()  # its name error is reported
+    if not isinstance(v, (bool, int, float)):
+      raise StmtError(error(loc, f"an operand must be a %name, a [shape] or a number, not {v!r}"))
+    if dt is None: return None
     if isinstance(v, bool) or (dt is dtypes.bool and isinstance(v, int)):
       if dt is not dtypes.bool or v not in (0, 1):
         raise StmtError(error(loc, f"literal {v!r} does not fit dtype {dt}"))
       v = bool(v)
-    elif not isinstance(v, (int, float)):
-      raise StmtError(error(loc, f"an operand must be a %name, a [shape] or a number, not {v!r}"))
     elif isinstance(v, float) and not dt.is_float():
       raise StmtError(error(loc, f"float literal {v!r} used where dtype {dt} is expected"))
     u = UOp.const(dt, v)

@@ -63,6 +63,7 @@ class Stmt:
   operands: tuple              # of Ref | Shape | Lit
   arg: Lit | None
   dtype: DType | Bad | None
+  numbered: bool = False       # a line of seed 002's numbered listing (a legacy statement form)
 
 
 @dataclass(frozen=True)
@@ -129,7 +130,7 @@ class _Records(lark.Transformer):
     refs = tuple(Ref(str(_number(s)), s.line, s.column) for s in srcs if s is not None)
     for s in (label, *(s for s in srcs if s is not None)):
       if not isinstance(_number(s), int): self._error(s.line, s.column, f"'{s}' is not a statement number")
-    return Stmt(label.line, label.column, str(_number(label)), str(name), name.column, refs, value, dtype)
+    return Stmt(label.line, label.column, str(_number(label)), str(name), name.column, refs, value, dtype, True)
 
   # ---- operands ------------------------------------------------------------------------------------
   def operands(self, c): return tuple(x for x in c if x is not None)
