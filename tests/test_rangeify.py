@@ -121,6 +121,22 @@ def prefix_sum_program(n, dt=i32):
   return sink(store(out, reshape(reduce(x, Ops.ADD, (1,)), (n,))))
 
 
+def window_sums(x, n):
+  """seed 000's prefix_sum as tinygrad writes cumsum: x padded by n-1 before, tiled n+1 times, cut into
+  rows of 2n and each row's first n summed: out[i] = x[0] + .. + x[i]."""
+  x = pad(x, (n - 1,), (2 * n - 1,))
+  x = expand(reshape(x, (1, 2 * n - 1)), (n + 1, 2 * n - 1))
+  x = shrink(reshape(x, ((n + 1) * (2 * n - 1),)), (0,), (2 * n * n,))
+  return reshape(reduce(shrink(reshape(x, (n, 2 * n)), (0, 0), (n, n)), Ops.ADD, (1,)), (n,))
+
+
+def arange_program(n, dt=i32):
+  """Tensor.arange(n) as tinygrad 0.14 builds it: the cumsum of n ones, minus one."""
+  ones = expand(reshape(const(1, dt), (1,)), (n,))
+  out = param(0, "out", (n,), dt)
+  return sink(store(out, window_sums(ones, n).alu(Ops.SUB, const(1, dt))))
+
+
 def inputs_for(prog_sink, rng, variables=None):
   """Random contents for every PARAM (those only written too: a STORE must overwrite them)."""
   out = {}
@@ -409,3 +425,31 @@ def test_division_inside_a_pad_never_divides_by_the_fill(tmp_path):
                                "--output", f"out={tmp_path / 'out.npy'}"])
   assert r.exit_code == 0, r.output
   np.testing.assert_array_equal(np.load(tmp_path / "out.npy"), np.zeros((6, 4), np.int8))
+
+
+# ---- reductions in closed form (uopc/stages/reduce_collapse.py) ---------------------------------------------
+@pytest.mark.parametrize("n", [1, 2, 5, 13, 64])
+@pytest.mark.parametrize("dt", [i32, f32])
+def test_arange_is_an_index_expression_not_an_o_n2_sum(n, dt):
+  prog = check(arange_program(n, dt))
+  assert len(prog.kernels) == 1 and not [u for u in prog.kernels[0].toposort() if u.op is Ops.RANGE and u.arg[1] is AxisType.REDUCE]
+  got = run_kernels(prog, {"out": np.zeros(n, np_dtype(dt))})["out"]
+  np.testing.assert_array_equal(got, np.arange(n).astype(np_dtype(dt)))
+
+
+def test_a_cumsum_of_data_keeps_its_loop():
+  x, out = param(0, "x", (7,), i32), param(1, "out", (7,), i32)
+  prog = check(sink(store(out, window_sums(x, 7))))
+  assert [u for u in prog.kernels[0].toposort() if u.op is Ops.RANGE and u.arg[1] is AxisType.REDUCE]
+
+
+@pytest.mark.parametrize("dt,v", [(i32, 3), (f32, 2.0), (f32, 0.5)])
+def test_sums_of_a_padded_constant_collapse_when_exact(dt, v):
+  """sum over a window of PAD(full(v)): v times the count of the window's valid places, exactly;
+  a float constant that is no integer keeps its loop (the partial sums' rounding is the loop's)."""
+  out = param(0, "out", (6,), dt)
+  padded = pad(expand(reshape(const(v, dt), (1, 1)), (4, 3)), (1, 2), (6, 8))     # rows 1..4, columns 2..4 hold v
+  prog = check(sink(store(out, reshape(reduce(padded, Ops.ADD, (1,)), (6,)))))
+  loops = [u for u in prog.kernels[0].toposort() if u.op is Ops.RANGE and u.arg[1] is AxisType.REDUCE]
+  assert bool(loops) == (v == 0.5)
+  np.testing.assert_array_equal(run_kernels(prog, {"out": np.zeros(6, np_dtype(dt))})["out"], np.array([0, 3, 3, 3, 3, 0]) * v)

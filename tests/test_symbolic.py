@@ -347,6 +347,19 @@ def test_nested_mod():
   assert simplified(before) is before
 
 
+def test_mod_reduces_coefficients_modulo_the_divisor():
+  """(r + 10*i) % 9 is (r + i) % 9, and over r, i < 5 just r + i: tinygrad's arange (a window over a
+  tiled row) indexes this way. Not where a sum may be negative (truncation is not floor there)."""
+  r, i = rng(5, 1), rng(5, 0)
+  assert simplified(mod(add(r, mul(i, c(10))), c(9))) is add(r, i)
+  r8, i8 = rng(8, 1), rng(8, 0)
+  assert simplified(mod(add(r8, mul(i8, c(20))), c(9))) is mod(add(r8, mul(i8, c(2))), c(9))
+  assert simplified(mod(add(mul(i, c(9)), c(12)), c(9))) is c(3)
+  a = var("a", -4, 4)
+  before = mod(add(r, mul(a, c(10))), c(9))
+  assert simplified(before) is before
+
+
 def test_mod_by_negative_const():
   assert simplified(mod(X, c(-4))) is mod(X, c(4))
 

@@ -252,7 +252,22 @@ def _mod_const(m: UOp, x: UOp, c: UOp) -> UOp | None:
     d = x.src[1].arg
     if d <= c.arg: return x            # |y % d| < d <= c: the outer mod changes nothing
     if d % c.arg == 0: return x.src[0].alu(Ops.MOD, c)  # y%d keeps y's sign and differs by a multiple of c
-  return _split_multiples(x, c.arg, Ops.MOD)
+  return _split_multiples(x, c.arg, Ops.MOD) or _reduce_coefficients(x, c.arg)
+
+
+def _reduce_coefficients(x: UOp, c: int) -> UOp | None:
+  """(sum of k_i*y_i) % c -> (sum of (k_i mod c)*y_i) % c: both sums differ by a multiple of c, so
+  their remainders agree where both are >= 0 and neither wraps (then truncation is floor). Turns
+  (r + 10*i) % 9 into (r + i) % 9, which the range of r + i may then drop."""
+  dt, terms = x.dtype, _terms(x)
+  coeffs = [_coeff(t) for t in terms]
+  if all(0 <= k < c for _, k in coeffs): return None
+  reduced = [(y, k % c) for y, k in coeffs if k % c]
+  if not reduced: return UOp.const(dt, 0)
+  new = _sum([_scaled(y, k, dt) for y, k in reduced])
+  rng, new_rng = _exact_range(terms), _exact_range(_terms(new))
+  if not (_fits(rng, dt) and _fits(new_rng, dt) and rng[0] >= 0 and new_rng[0] >= 0): return None
+  return new.alu(Ops.MOD, UOp.const(dt, c))
 
 
 def _reassociate(outer: UOp, x: UOp, c1: UOp, c2: UOp) -> UOp | None:
@@ -299,6 +314,7 @@ symbolic_rules = Rules([
   (Pat(Ops.SUB, src=(xi, xi)), lambda x: _zero_like(x)),
   (xi + xi * _int(-1), lambda x: _zero_like(x)),
   (Pat(Ops.MAX, src=(x, x)), lambda x: x),
+  (Pat(Ops.MAX, src=(xi, Pat.var("y", dtype=INT_DTYPES))), lambda x, y: x if x.vmin >= y.vmax else y if y.vmin >= x.vmax else None),
   (Pat(Ops.CMPLT, src=(x, x), name="u"), lambda u, x: UOp.const(u.dtype, False)),  # false for NaN too
   (Pat(Ops.CMPNE, src=(xi, xi), name="u"), lambda u, x: UOp.const(u.dtype, False)),
   ((x & x), lambda x: x), ((x | x), lambda x: x),

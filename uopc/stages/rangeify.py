@@ -26,7 +26,7 @@
    fill 0), down to LOADs of the buffers. A REDUCE computed inline becomes an accumulator: a REG
    BUFFER of one element, its init STORE (placed inside the loops its value depends on, through
    AFTER on those RANGEs), `RANGE(.., REDUCE)` loops over the reduced axes with the update STORE, END,
-   and a LOAD after the END.
+   and a LOAD after the END; unless `reduce_collapse` gives it in closed form (arange's window sums).
 
 3. Writing a buffer that is also read. A tensor program reads a buffer's value as of a moment: a
    PARAM or BUFFER read plainly is its value on entry, `AFTER(buf, STORE(buf, ..))` the value that
@@ -63,6 +63,7 @@ from uopc.ops import AxisType, GroupOp, Ops
 from uopc.stages.callify import bind_arguments
 from uopc.stages.fusion_cost import elementwise_cost, repeats_expensive_work
 from uopc.stages.kernel_program import BufferInfo, KernelProgram, Launch
+from uopc.stages.reduce_collapse import collapse
 from uopc.symbolic import simplify
 from uopc.uop import UOp, shape_values, sint
 
@@ -343,16 +344,17 @@ class _Kernel:
       inner[a] = self.new_range(src.shape[a], AxisType.REDUCE)
       ranges.append(inner[a])
     if not ranges: return self.lower(src, tuple(inner), valid)
-    acc = UOp(Ops.BUFFER, dt.ptr(AddrSpace.REG, 1), (), (self.n_regs, f"acc{self.n_regs}"))
-    self.n_regs += 1
-    zero = _idx(0)
     outer = _ranges(idx, valid)
-    init = UOp(Ops.STORE, dtypes.void, (UOp(Ops.INDEX, acc.dtype, (UOp(Ops.AFTER, acc.dtype, (acc,) + outer) if outer else acc, zero)),
-                                        UOp.const(dt, _identity(red, dt))))
-    current = UOp(Ops.LOAD, dt, (UOp(Ops.INDEX, acc.dtype, (UOp(Ops.AFTER, acc.dtype, (acc, init) + tuple(ranges)), zero)),))
     self.enclosing.append(outer)
     try: value = self.lower(src, tuple(inner), valid)
     finally: self.enclosing.pop()
+    if len(ranges) == 1 and (closed := collapse(red, simplify(value), ranges[0])) is not None: return closed
+    acc = UOp(Ops.BUFFER, dt.ptr(AddrSpace.REG, 1), (), (self.n_regs, f"acc{self.n_regs}"))
+    self.n_regs += 1
+    zero = _idx(0)
+    init = UOp(Ops.STORE, dtypes.void, (UOp(Ops.INDEX, acc.dtype, (UOp(Ops.AFTER, acc.dtype, (acc,) + outer) if outer else acc, zero)),
+                                        UOp.const(dt, _identity(red, dt))))
+    current = UOp(Ops.LOAD, dt, (UOp(Ops.INDEX, acc.dtype, (UOp(Ops.AFTER, acc.dtype, (acc, init) + tuple(ranges)), zero)),))
     body = UOp(Ops.STORE, dtypes.void, (UOp(Ops.INDEX, acc.dtype, (acc, zero)), UOp(red, dt, (current, value))))
     for r in reversed(ranges): body = UOp(Ops.END, dtypes.void, (body, r))
     return UOp(Ops.LOAD, dt, (UOp(Ops.INDEX, acc.dtype, (UOp(Ops.AFTER, acc.dtype, (acc, body)), zero)),))
