@@ -453,3 +453,29 @@ def test_sums_of_a_padded_constant_collapse_when_exact(dt, v):
   loops = [u for u in prog.kernels[0].toposort() if u.op is Ops.RANGE and u.arg[1] is AxisType.REDUCE]
   assert bool(loops) == (v == 0.5)
   np.testing.assert_array_equal(run_kernels(prog, {"out": np.zeros(6, np_dtype(dt))})["out"], np.array([0, 3, 3, 3, 3, 0]) * v)
+
+
+def embedding_program(vocab, dim, n, dt=f32):
+  """tinygrad's Embedding: (arange(vocab) == idx[:, None])[..., None].where(weight, 0).sum(1)."""
+  w, idx, out = param(0, "w", (vocab, dim), dt), param(1, "idx", (n,), i32), param(2, "out", (n, dim), dt)
+  arange = window_sums(expand(reshape(const(1, i32), (1,)), (vocab,)), vocab).alu(Ops.SUB, const(1, i32))
+  eq = expand(reshape(arange, (1, vocab)), (n, vocab)).alu(Ops.CMPNE, expand(reshape(idx, (n, 1)), (n, vocab))).alu(Ops.CMPNE, const(True, dtypes.bool))
+  mask = expand(reshape(eq, (n, vocab, 1)), (n, vocab, dim))
+  picked = mask.alu(Ops.WHERE, expand(reshape(w, (1, vocab, dim)), (n, vocab, dim)), const(0.0, dt))
+  return sink(store(out, reshape(reduce(picked, Ops.ADD, (1,)), (n, dim))))
+
+
+@pytest.mark.parametrize("dt", [f32, i32])
+def test_a_one_hot_sum_is_a_gather(dt):
+  """No loop over the vocabulary: one gated load per output element; an index out of range (7, -1)
+  gives the row of zeros the sum gives; -0.0 in the table comes out +0.0, as 0.0 + -0.0 does."""
+  prog = rangeify(embedding_program(6, 3, 6, dt))
+  assert not [u for k in prog.kernels for u in k.toposort() if u.op is Ops.RANGE and u.arg[1] is AxisType.REDUCE]
+  w = np.arange(18).reshape(6, 3).astype(np_dtype(dt))
+  if dt is f32: w[2, 1] = -0.0
+  idx = np.array([1, 5, 0, 7, -1, 2], np.int32)
+  got = run_kernels(prog, {"w": w, "idx": idx, "out": np.full((6, 3), 99, np_dtype(dt))})["out"]
+  want = np.where((idx[:, None] >= 0) & (idx[:, None] < 6), w[np.clip(idx, 0, 5)], 0) + (0.0 if dt is f32 else 0)
+  np.testing.assert_array_equal(got, want)
+  if dt is f32: assert not np.signbit(got[5, 1])
+  check(embedding_program(6, 3, 6, dt))

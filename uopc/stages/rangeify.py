@@ -283,9 +283,7 @@ class _Kernel:
     if op is Ops.AFTER and (base := _strip_after(u)) in self.program.buffer_of:
       return self.load(self.program.read(base, _version(u)), idx, valid)
     if op in GroupOp.Markers or op in (Ops.AFTER, Ops.LOAD): return self.lower(src[0], idx, valid)
-    if op is Ops.REDUCE:
-      if u in self.program.fusing: self.check_fused(u, idx, valid)
-      return self.reduce(u, idx, valid)
+    if op is Ops.REDUCE: return self.reduce(u, idx, valid)
     if op is Ops.PAD: return self.pad(u, idx, valid)
     if op is Ops.STACK: return self.stack(u, idx, valid)
     if op is Ops.INDEX: return self.gather(u, idx, valid)
@@ -343,12 +341,15 @@ class _Kernel:
       if src.shape[a] == 1: continue
       inner[a] = self.new_range(src.shape[a], AxisType.REDUCE)
       ranges.append(inner[a])
-    if not ranges: return self.lower(src, tuple(inner), valid)
+    if not ranges:
+      if u in self.program.fusing: self.check_fused(u, idx, valid)
+      return self.lower(src, tuple(inner), valid)
     outer = _ranges(idx, valid)
     self.enclosing.append(outer)
     try: value = self.lower(src, tuple(inner), valid)
     finally: self.enclosing.pop()
     if len(ranges) == 1 and (closed := collapse(red, simplify(value), ranges[0])) is not None: return closed
+    if u in self.program.fusing: self.check_fused(u, idx, valid)  # a loop-free closed form fuses anywhere
     acc = UOp(Ops.BUFFER, dt.ptr(AddrSpace.REG, 1), (), (self.n_regs, f"acc{self.n_regs}"))
     self.n_regs += 1
     zero = _idx(0)

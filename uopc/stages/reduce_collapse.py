@@ -10,14 +10,19 @@ the body (simplified) at r. It answers, or None where no rule applies:
   r (coefficient +-1, as PAD's validity and tinygrad's windows are): v * n + z * (size - n), n the
   number of r in [0, size) that satisfy c, itself an index expression (clamped at 0 and size).
 
+- ADD of WHERE(f(r) == e, x(r), 0) (a one-hot mask: tinygrad's embedding and `one_hot`), f linear in
+  r with coefficient +-1 (through CASTs of the index, as arange is) and e free of r: the gather
+  x(r*) of the one r* that matches, with every load of x gated by 0 <= r* < size (0 where none).
+
 Every answer equals the loop's result exactly: integer sums wrap the same way as the multiplication,
 and float sums are collapsed only when every partial sum is an exactly representable integer (a
 constant integer body, size * |body| below 2^mantissa), so the order of additions cannot matter.
 """
 from __future__ import annotations
 
-from uopc.dtype import DType, dtypes
+from uopc.dtype import DType, dtype_range, dtypes
 from uopc.ops import Ops
+from uopc.rewrite import substitute
 from uopc.symbolic import simplify
 from uopc.uop import UOp
 
@@ -82,6 +87,73 @@ def _count(lows: list[UOp], highs: list[UOp], guards: list[UOp], size: int) -> U
 def _min(a: UOp, b: UOp) -> UOp: return a.alu(Ops.MUL, _i(-1)).alu(Ops.MAX, b.alu(Ops.MUL, _i(-1))).alu(Ops.MUL, _i(-1))
 
 
+def _int_linear(e: UOp, r: UOp) -> tuple[int, UOp] | None:
+  """Like `_linear` for an integer expression in which r appears through CASTs of index values: e =
+  k*CAST(r) + rest, with rest an index expression of the other values (those CAST to index)."""
+  if e.dtype is dtypes.index: return _linear(e, r)
+  if not _depends_on(e, r): return 0, UOp(Ops.CAST, dtypes.index, (e,))
+  if e.op is Ops.CAST and e.src[0].dtype in (dtypes.index, dtypes.int32, dtypes.int64): return _int_linear(e.src[0], r)
+  if e.op in (Ops.ADD, Ops.SUB):
+    a, b = _int_linear(e.src[0], r), _int_linear(e.src[1], r)
+    if a is None or b is None: return None
+    if e.op is Ops.ADD: return a[0] + b[0], a[1].alu(Ops.ADD, b[1])
+    return a[0] - b[0], a[1].alu(Ops.ADD, b[1].alu(Ops.MUL, _i(-1)))
+  if e.op is Ops.MUL and e.src[1].op is Ops.CONST:
+    a = _int_linear(e.src[0], r)
+    return None if a is None else (a[0] * e.src[1].arg, a[1].alu(Ops.MUL, _i(e.src[1].arg)))
+  return None
+
+
+def _no_wrap_range(e: UOp) -> tuple[int, int] | None:
+  """The range of an integer expression of ADD, SUB, MUL by constants and CASTs when no step of it can
+  wrap (every intermediate range fits its dtype), else None; index-typed parts by their min_max."""
+  if e.dtype is dtypes.index or e.op is Ops.CONST: rng = e.min_max
+  elif e.op is Ops.CAST and e.src[0].dtype.is_int(): rng = _no_wrap_range(e.src[0])
+  elif e.op in (Ops.ADD, Ops.SUB, Ops.MUL):
+    a, b = _no_wrap_range(e.src[0]), _no_wrap_range(e.src[1])
+    if a is None or b is None: return None
+    if e.op is Ops.ADD: rng = (a[0] + b[0], a[1] + b[1])
+    elif e.op is Ops.SUB: rng = (a[0] - b[1], a[1] - b[0])
+    else: rng = (min(p := [x * y for x in a for y in b]), max(p))
+  else: return None
+  lo, hi = dtype_range(e.dtype)
+  return rng if rng is not None and None not in rng and lo <= rng[0] and rng[1] <= hi else None
+
+
+def _match(cond: UOp, r: UOp) -> UOp | None:
+  """The one r* where cond, an equality f(r) == e (written CMPNE(CMPNE(a, b), True)), holds, as an
+  index expression; None when cond is not such an equality or f may wrap (then it need not be
+  one-to-one). The caller gates on 0 <= r* < size."""
+  if not (cond.op is Ops.CMPNE and cond.src[1].op is Ops.CONST and cond.src[1].arg is True and cond.src[0].op is Ops.CMPNE): return None
+  a, b = cond.src[0].src
+  if a.dtype.is_float() or _depends_on(a, r) == _depends_on(b, r): return None
+  side, other = (a, b) if _depends_on(a, r) else (b, a)
+  lin = _int_linear(side, r)
+  if lin is None or lin[0] not in (1, -1) or _no_wrap_range(side) is None: return None
+  diff = UOp(Ops.CAST, dtypes.index, (other,)).alu(Ops.ADD, lin[1].alu(Ops.MUL, _i(-1)))  # k*r = other - rest
+  return diff if lin[0] == 1 else diff.alu(Ops.MUL, _i(-1))
+
+
+def _gated_loads(x: UOp, gate: UOp) -> UOp:
+  """x with every LOAD gated by `gate` too (reading the fill 0 where it is false)."""
+  loads = [u for u in x.toposort() if u.op is Ops.LOAD]
+  def gated(ld: UOp) -> UOp:
+    if len(ld.src) == 3: return ld.replace(src=(ld.src[0], ld.src[1], ld.src[2].alu(Ops.AND, gate)))
+    return ld.replace(src=(ld.src[0], UOp.const(ld.dtype, 0), gate))
+  return substitute(x, {ld: gated(ld) for ld in loads})
+
+
+def _gather(value: UOp, r: UOp, size: int) -> UOp | None:
+  """ADD over r of WHERE(f(r) == e, x(r), 0): x(r*) where 0 <= r* < size, else 0 (see the docstring)."""
+  cond, x, z = value.src
+  if not (z.op is Ops.CONST and z.arg == 0) or (at := _match(cond, r)) is None: return None
+  at = simplify(at)
+  inside = _i(-1).alu(Ops.CMPLT, at).alu(Ops.AND, at.alu(Ops.CMPLT, _i(size)))
+  picked = _gated_loads(substitute(x, {r: at}), inside)
+  if x.dtype.is_float(): picked = picked.alu(Ops.ADD, UOp.const(x.dtype, 0.0))  # as the loop: 0.0 + -0.0 is 0.0
+  return inside.alu(Ops.WHERE, picked, UOp.const(x.dtype, 0))
+
+
 def collapse(op: Ops, value: UOp, r: UOp) -> UOp | None:
   """The reduction by `op` of `value` over r = 0 .. size-1 (r's RANGE has a constant size >= 1) in
   closed form, or None."""
@@ -93,7 +165,8 @@ def collapse(op: Ops, value: UOp, r: UOp) -> UOp | None:
     return _exact_times(value, _i(size), size, dt) if op is Ops.ADD else None
   if op is not Ops.ADD or value.op is not Ops.WHERE: return None
   cond, v, z = value.src
-  if _depends_on(v, r) or _depends_on(z, r) or (b := _bounds(cond, r)) is None: return None
+  if _depends_on(v, r) or _depends_on(z, r): return _gather(value, r, size)
+  if (b := _bounds(cond, r)) is None: return None
   n = _count(*b, size)
   taken = _exact_times(v, n, size, dt)
   if taken is None: return None
