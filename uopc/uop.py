@@ -26,9 +26,20 @@ def _arg_key(arg: Any) -> Any:
   return arg
 
 
+# The hash-consing table: key -> weak reference to the live UOp. A plain dict of KeyedRefs rather than
+# a WeakValueDictionary, whose lookups raise and catch KeyError on every miss: raising walks the chain of
+# running generators (CPython's topmost-exception search), so inside a deep recursion through generator
+# expressions each new node cost time proportional to the depth, and building a long chain was quadratic.
+_CACHE: dict[tuple, weakref.KeyedRef] = {}
+
+
+def _evict(ref: weakref.KeyedRef) -> None:
+  """A cached UOp died: drop its entry (unless the key was since given to a new node)."""
+  if _CACHE.get(ref.key) is ref: del _CACHE[ref.key]
+
+
 class UOp:
   __slots__ = ("op", "src", "arg", "dtype", "tag", "__weakref__", "__dict__")
-  _cache: "weakref.WeakValueDictionary[tuple, UOp]" = weakref.WeakValueDictionary()
   op: Ops
   src: tuple["UOp", ...]
   arg: Any
@@ -37,11 +48,11 @@ class UOp:
 
   def __new__(cls, op: Ops, dtype: DType = dtypes.void, src: tuple["UOp", ...] = (), arg: Any = None, tag: Any = None):
     key = (op, dtype, src, _arg_key(arg), tag)
-    if (hit := UOp._cache.get(key)) is not None: return hit
+    if (ref := _CACHE.get(key)) is not None and (hit := ref()) is not None: return hit
     u = object.__new__(cls)
     object.__setattr__(u, "op", op); object.__setattr__(u, "dtype", dtype); object.__setattr__(u, "src", src)  # noqa: E702
     object.__setattr__(u, "arg", arg); object.__setattr__(u, "tag", tag)  # noqa: E702
-    UOp._cache[key] = u
+    _CACHE[key] = weakref.KeyedRef(u, _evict, key)
     return u
 
   def __setattr__(self, name, value):
