@@ -68,18 +68,13 @@ class UOp:
     return UOp(new["op"], new["dtype"], tuple(new["src"]), new["arg"], new["tag"])
 
   # ---- graph walking -------------------------------------------------------------------------------
-  def toposort(self, srcs: Callable[["UOp"], tuple["UOp", ...]] = lambda u: u.src) -> list["UOp"]:
+  def toposort(self, srcs: Callable[["UOp"], tuple["UOp", ...]] | None = None) -> list["UOp"]:
     """Every node reachable from self through `srcs` (default: every source), sources before users, in a
-    deterministic order."""
-    order, seen, stack = [], set(), [(self, False)]
-    while stack:
-      u, expanded = stack.pop()
-      if expanded: order.append(u); continue  # noqa: E702
-      if u in seen: continue
-      seen.add(u)
-      stack.append((u, True))
-      stack.extend((s, False) for s in reversed(srcs(u)) if s not in seen)
-    return order
+    deterministic order (a depth-first post-order, sources left to right). The default walk is done once
+    per node and kept (a UOp never changes): passes ask for the same kernel's order many times."""
+    if srcs is not None: return _toposort(self, srcs)
+    if (order := self.__dict__.get("_toposort")) is None: self.__dict__["_toposort"] = order = tuple(_toposort(self, _sources))
+    return list(order)
 
   def walk(self) -> Iterator["UOp"]: return iter(self.toposort())
 
@@ -109,6 +104,26 @@ class UOp:
   def vmin(self): return self.min_max[0]
   @property
   def vmax(self): return self.min_max[1]
+
+
+def _sources(u: UOp) -> tuple[UOp, ...]: return u.src
+
+
+def _toposort(root: UOp, srcs: Callable[[UOp], tuple[UOp, ...]]) -> list[UOp]:
+  """The post-order of a depth-first walk from `root`, with an explicit stack (graph depth is unbounded)."""
+  order, seen = [], {root}
+  stack = [(root, iter(srcs(root)))]
+  while stack:
+    u, it = stack[-1]
+    for s in it:
+      if s not in seen:
+        seen.add(s)
+        stack.append((s, iter(srcs(s))))
+        break
+    else:
+      stack.pop()
+      order.append(u)
+  return order
 
 
 # ---- shape ---------------------------------------------------------------------------------------------
