@@ -20,6 +20,10 @@ before writing it, a third less memory traffic for `out = x + y`. The buffer's o
 known only at run time, so the kernel checks it once and stores the ordinary way when it is not
 16-byte aligned; a fence at the kernel's end orders the stores before the caller (or the thread
 join) sees the buffer.
+
+Long kernels. A kernel of more than LONG_KERNEL_LINES statements is preceded by GCC's
+`optimize("ira-algorithm=priority")` attribute (under `#if` for GCC only): GCC's default register
+allocator is quadratic in a long chain of dependent values. Other kernels' C is unchanged.
 """
 from __future__ import annotations
 
