@@ -261,10 +261,20 @@ def main():
   run_with_deep_stack(lambda: cli(prog_name="uopc"))
 
 
+GC_YOUNG_THRESHOLD = 20_000  # allocations between young-generation collections (CPython's default: 700)
+
+
 def run_with_deep_stack(fn) -> None:
   """Passes recurse over the program graph, whose depth is the user's longest chain of ops; run the
-  compiler on a thread with a large stack so that deep programs compile instead of overflowing."""
+  compiler on a thread with a large stack so that deep programs compile instead of overflowing.
+
+  The cyclic garbage collector runs less often: the compiler allocates millions of small objects
+  (UOps, their source tuples, the passes' maps) that live to the end of a pass and form no cycles, and
+  with the default thresholds the collections that re-walk them all took a third of the time of a
+  20,000-op program's build (tests/bench/RESULTS.md, "Compile cost")."""
+  import gc
   import threading
+  gc.set_threshold(GC_YOUNG_THRESHOLD, *gc.get_threshold()[1:])
   sys.setrecursionlimit(1_000_000)
   threading.stack_size(1 << 30)  # 1 GiB of address space; pages are only touched as the recursion goes
   outcome: list[BaseException] = []

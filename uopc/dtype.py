@@ -36,8 +36,11 @@ class DType:
       DType._interned[key] = DType(name, short, kind, itemsize, count)
     return DType._interned[key]
 
-  @property
-  def scalar(self) -> "DType": return self if self.count == 1 else _SCALARS[self.name]
+  def __post_init__(self):
+    # `scalar`, the element dtype (self for a scalar or a pointer), is a plain attribute set once: passes
+    # read it for nearly every node, and a property would run Python code each time
+    object.__setattr__(self, "scalar", self if self.count == 1 else _SCALARS[self.name])
+
   def vec(self, n: int) -> "DType":
     if self.count != 1 or n < 1: raise ValueError(f"cannot make a vector of {n} from {self}")
     if n == 1: return self
@@ -77,8 +80,6 @@ class PtrDType(DType):
       DType._interned[key] = PtrDType("ptr", "ptr", "ptr", 8, 1, base, addrspace, size)
     return DType._interned[key]
 
-  @property
-  def scalar(self) -> "DType": return self
   def is_ptr(self) -> bool: return True
   def __str__(self) -> str:
     parts = [str(self.base)] + ([self.addrspace.value] if self.addrspace is not AddrSpace.GLOBAL else [])

@@ -46,6 +46,9 @@ class Ops(enum.Enum):
   GEP = enum.auto(); CONTRACT = enum.auto(); UNROLL = enum.auto(); NOOP = enum.auto()  # noqa: E702
 
   def __repr__(self) -> str: return f"Ops.{self.name}"
+  # identity hashing in C: Enum's own __hash__ is Python code (hash of the name), and every `op in
+  # GroupOp.X` and dict keyed by op runs it; members are singletons, so identity is equality
+  __hash__ = object.__hash__
 
 
 class GroupOp:

@@ -111,7 +111,9 @@ class Pat:
     if not isinstance(self.src, tuple): return True
     pats, srcs = self.src, u.src
     if len(srcs) != len(pats) and not (self.rest and len(srcs) >= len(pats)): return False
-    if all(p._node_ok(s) for p, s in zip(pats, srcs)): return True
+    for p, s in zip(pats, srcs):  # a loop, not all(genexpr): closing a generator early raises GeneratorExit in it
+      if not p._node_ok(s): break
+    else: return True
     return self.commutative and len(srcs) == 2 and pats[0]._node_ok(srcs[1]) and pats[1]._node_ok(srcs[0])
 
   def _arg_matches(self, arg: Any) -> bool:

@@ -26,9 +26,20 @@ def _arg_key(arg: Any) -> Any:
   return arg
 
 
+# The hash-consing table: key -> weak reference to the live UOp. A plain dict of KeyedRefs rather than
+# a WeakValueDictionary, whose lookups raise and catch KeyError on every miss: raising walks the chain of
+# running generators (CPython's topmost-exception search), so inside a deep recursion through generator
+# expressions each new node cost time proportional to the depth, and building a long chain was quadratic.
+_CACHE: dict[tuple, weakref.KeyedRef] = {}
+
+
+def _evict(ref: weakref.KeyedRef) -> None:
+  """A cached UOp died: drop its entry (unless the key was since given to a new node)."""
+  if _CACHE.get(ref.key) is ref: del _CACHE[ref.key]
+
+
 class UOp:
   __slots__ = ("op", "src", "arg", "dtype", "tag", "__weakref__", "__dict__")
-  _cache: "weakref.WeakValueDictionary[tuple, UOp]" = weakref.WeakValueDictionary()
   op: Ops
   src: tuple["UOp", ...]
   arg: Any
@@ -37,11 +48,11 @@ class UOp:
 
   def __new__(cls, op: Ops, dtype: DType = dtypes.void, src: tuple["UOp", ...] = (), arg: Any = None, tag: Any = None):
     key = (op, dtype, src, _arg_key(arg), tag)
-    if (hit := UOp._cache.get(key)) is not None: return hit
+    if (ref := _CACHE.get(key)) is not None and (hit := ref()) is not None: return hit
     u = object.__new__(cls)
     object.__setattr__(u, "op", op); object.__setattr__(u, "dtype", dtype); object.__setattr__(u, "src", src)  # noqa: E702
     object.__setattr__(u, "arg", arg); object.__setattr__(u, "tag", tag)  # noqa: E702
-    UOp._cache[key] = u
+    _CACHE[key] = weakref.KeyedRef(u, _evict, key)
     return u
 
   def __setattr__(self, name, value):
@@ -57,18 +68,13 @@ class UOp:
     return UOp(new["op"], new["dtype"], tuple(new["src"]), new["arg"], new["tag"])
 
   # ---- graph walking -------------------------------------------------------------------------------
-  def toposort(self, srcs: Callable[["UOp"], tuple["UOp", ...]] = lambda u: u.src) -> list["UOp"]:
+  def toposort(self, srcs: Callable[["UOp"], tuple["UOp", ...]] | None = None) -> list["UOp"]:
     """Every node reachable from self through `srcs` (default: every source), sources before users, in a
-    deterministic order."""
-    order, seen, stack = [], set(), [(self, False)]
-    while stack:
-      u, expanded = stack.pop()
-      if expanded: order.append(u); continue  # noqa: E702
-      if u in seen: continue
-      seen.add(u)
-      stack.append((u, True))
-      stack.extend((s, False) for s in reversed(srcs(u)) if s not in seen)
-    return order
+    deterministic order (a depth-first post-order, sources left to right). The default walk is done once
+    per node and kept (a UOp never changes): passes ask for the same kernel's order many times."""
+    if srcs is not None: return _toposort(self, srcs)
+    if (order := self.__dict__.get("_toposort")) is None: self.__dict__["_toposort"] = order = tuple(_toposort(self, _sources))
+    return list(order)
 
   def walk(self) -> Iterator["UOp"]: return iter(self.toposort())
 
@@ -98,6 +104,26 @@ class UOp:
   def vmin(self): return self.min_max[0]
   @property
   def vmax(self): return self.min_max[1]
+
+
+def _sources(u: UOp) -> tuple[UOp, ...]: return u.src
+
+
+def _toposort(root: UOp, srcs: Callable[[UOp], tuple[UOp, ...]]) -> list[UOp]:
+  """The post-order of a depth-first walk from `root`, with an explicit stack (graph depth is unbounded)."""
+  order, seen = [], {root}
+  stack = [(root, iter(srcs(root)))]
+  while stack:
+    u, it = stack[-1]
+    for s in it:
+      if s not in seen:
+        seen.add(s)
+        stack.append((s, iter(srcs(s))))
+        break
+    else:
+      stack.pop()
+      order.append(u)
+  return order
 
 
 # ---- shape ---------------------------------------------------------------------------------------------

@@ -327,6 +327,7 @@ class _Expander:
     self.sink, self.caps, self.width, self.trace = sink, caps, caps.vector_width, trace
     self.scope = scopes(sink)
     self.v: dict[UOp, Lanes] = {}
+    self.projections: dict[tuple[tuple[UOp, ...], tuple[UOp, ...]], list[int]] = {}
 
   def run(self) -> UOp:
     for u in self.sink.toposort():
@@ -348,7 +349,8 @@ class _Expander:
     return Lanes(axes, tuple(build(list(range(s, min(n, s + self.width)))) for s in range(0, n, self.width)), self.width)
 
   def operand(self, s: UOp, axes: tuple[UOp, ...], lanes: list[int]) -> UOp:
-    proj = _project(axes, self.v[s].axes)
+    key = (axes, self.v[s].axes)  # few distinct pairs in a kernel: project each once
+    if (proj := self.projections.get(key)) is None: proj = self.projections[key] = _project(*key)
     return gather(self.v[s], [proj[i] for i in lanes])
 
   def _expand(self, u: UOp) -> Lanes:
