@@ -24,7 +24,10 @@ from dataclasses import dataclass, replace
 from typing import Any, Sequence
 
 from uopc.dtype import DType, dtypes
+from uopc.ops import Ops
+from uopc.targets import param_name
 from uopc.targets.c.threads import POOL_C, TASK_PARAM, is_threaded, task_call, trampoline
+from uopc.uop import shape_values
 
 ABI_VERSION = 1
 
@@ -80,6 +83,7 @@ class EntryKernels:
   kernels: tuple[Any, ...]
   workspace: Workspace | None = None
   launches: tuple[Any, ...] | None = None
+  unused: tuple[Any, ...] = ()  # the PARAMs and DEFINE_VARs the entry declares and never reads: arguments still
 
 
 @dataclass(frozen=True)
@@ -147,6 +151,14 @@ def _arg_of(p) -> EntryArg:
   return EntryArg(p.name, "", "var", p.name, dtypes.index, False, None, int(p.vmin), int(p.vmax))
 
 
+def _declared_arg(u) -> EntryArg:
+  """The argument of a PARAM or DEFINE_VAR no kernel reads (see EntryKernels.unused)."""
+  if u.op is Ops.DEFINE_VAR: return EntryArg(u.arg[0], "", "var", u.arg[0], dtypes.index, False, None, int(u.arg[1]), int(u.arg[2]))
+  if u.src: dt, shape = u.dtype.scalar, tuple(shape_values(u.src[0]))
+  else: dt, shape = _buffer_dtype_and_shape(u.dtype)
+  return EntryArg(param_name(u), "", "buffer", u.arg[0], dt, False, shape, 0, 0)
+
+
 def entry_args(entry: EntryKernels) -> list[EntryArg]:
   """The entry's C arguments: every buffer slot of its kernels by slot, then every DEFINE_VAR by name."""
   merged: dict[tuple, EntryArg] = {}
@@ -157,6 +169,9 @@ def entry_args(entry: EntryKernels) -> list[EntryArg]:
       if p.kind == "var" and p.name == TASK_PARAM: continue  # the worker pool passes it (targets/c/threads.py)
       a = _arg_of(p)
       merged[(a.kind, a.key)] = _merge(merged.get((a.kind, a.key)), a)
+  for u in entry.unused:
+    a = _declared_arg(u)
+    merged.setdefault((a.kind, a.key), a)
   ordered = sorted((a for a in merged.values() if a.kind == "buffer"), key=lambda a: a.key) + \
             sorted((a for a in merged.values() if a.kind == "var"), key=lambda a: a.key)
   return _name_arguments(ordered)

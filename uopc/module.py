@@ -14,11 +14,15 @@ from uopc.uop import UOp
 @dataclass
 class Entry:
   """One exported entry point. kind 'kernel': already at kernel level (pointers, RANGE, INDEX);
-  kind 'func': a tensor program (shaped PARAM/BUFFER, movement ops, REDUCE) that Rangeify splits."""
+  kind 'func': a tensor program (shaped PARAM/BUFFER, movement ops, REDUCE) that Rangeify splits.
+  `unused`: the PARAMs and DEFINE_VARs the entry declares but its graph never reaches. They are
+  arguments all the same: the declared slots are the entry's ABI, so a program edited to stop
+  reading an input keeps every later argument where it was."""
   name: str
   kind: str
   sink: UOp
   loc: Loc | None = None
+  unused: tuple[UOp, ...] = ()
 
 
 @dataclass

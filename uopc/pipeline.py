@@ -14,7 +14,8 @@ from typing import Any, Callable, Mapping, Sequence, TextIO
 
 from uopc.diagnostics import CompileError, error
 from uopc.launcher import EntryKernels, c_identifier, kernel_name
-from uopc.module import Module
+from uopc.module import Entry, Module
+from uopc.ops import Ops
 from uopc.targets import get_target
 from uopc.uop import UOp
 
@@ -149,11 +150,18 @@ def compile_module(module: Module, target: str, lib_name: str, opts: PrintOption
   kernel_stages = [s for s in stages if s.name not in TENSOR_STAGES]
   prefix = c_identifier(lib_name)
   opts = replace(opts, names=module.names)
-  entries = [_compile_tensor_entry(stages, e.sink, prefix, e.name, opts) if e.kind == "func" else
-             EntryKernels(e.name, (run_kernel_stages(kernel_stages, e.sink, kernel_name(prefix, e.name, 0), opts),))
+  entries = [replace(_compile_tensor_entry(stages, _with_unused_params(e), prefix, e.name, opts), unused=e.unused) if e.kind == "func"
+             else EntryKernels(e.name, (run_kernel_stages(kernel_stages, e.sink, kernel_name(prefix, e.name, 0), opts),), unused=e.unused)
              for e in module.entries]
   _check_scheduled(schedule or {}, [k.name for e in entries for k in e.kernels])
   return entries
+
+
+def _with_unused_params(e: Entry) -> UOp:
+  """A func entry's sink with its unread PARAMs too: Rangeify gives them their slots (its intermediates
+  take the slots after every declared one) and no kernel."""
+  unused = tuple(u for u in e.unused if u.op is Ops.PARAM)
+  return e.sink.replace(src=e.sink.src + unused) if unused else e.sink
 
 
 def _check_scheduled(schedule: Mapping[str, tuple], kernels: list[str]) -> None:

@@ -75,13 +75,13 @@ def entry_arguments(entry: Entry) -> list[Arg]:
   users: dict[UOp, list[tuple[UOp, int]]] = {}
   for u in graph:
     for i, s in enumerate(u.src): users.setdefault(s, []).append((u, i))
-  params = sorted((u for u in graph if u.op is Ops.PARAM), key=lambda u: u.arg[0])
+  params = sorted((u for u in (*graph, *entry.unused) if u.op is Ops.PARAM), key=lambda u: u.arg[0])
   args = []
   for p in params:
     if p.src: dtype, shape = p.dtype, shape_values(p.src[0])
     else: dtype, shape = p.dtype.base, ((p.dtype.size,) if p.dtype.size >= 0 else None)
     args.append(Arg(str(p.arg[1]), "buffer", p.arg[0], dtype.scalar, shape, p in written, _reads(p, users), p))
-  defvars = {u.arg[0]: u for u in graph if u.op is Ops.DEFINE_VAR}
+  defvars = {u.arg[0]: u for u in (*graph, *entry.unused) if u.op is Ops.DEFINE_VAR}
   args += [Arg(name, "var", name, u.dtype, None, False, True, u) for name, u in sorted(defvars.items())]
   return args
 

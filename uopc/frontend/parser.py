@@ -198,7 +198,10 @@ class EntryBuilder:
       roots = [v for v in dict.fromkeys(self.voids) if v not in self.used]
       sink = UOp(Ops.SINK, dtypes.void, tuple(roots))
       self.module.locs.setdefault(sink, self.loc)
-    return Entry(self.name, self.kind or _implicit_kind(sink), sink, self.loc)
+    reached = set(sink.toposort())
+    unused = tuple(u for u in dict.fromkeys(self.values.values())
+                   if u is not None and u.op in (Ops.PARAM, Ops.DEFINE_VAR) and u not in reached)
+    return Entry(self.name, self.kind or _implicit_kind(sink), sink, self.loc, unused)
 
   def _report_undefined(self) -> None:
     for r in self.undefined:

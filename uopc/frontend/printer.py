@@ -109,7 +109,7 @@ def print_uops(uops: UOp | Iterable[UOp], names: dict[UOp, str] | None = None, i
 
 def print_module(m: Module) -> str:
   """The canonical text of a module: `parse_source(print_module(m))` has the same entries and sinks."""
-  blocks = [f"{e.kind} {e.name} {{\n{print_uops(e.sink, m.names, indent='  ')}}}\n" for e in m.entries]
+  blocks = [f"{e.kind} {e.name} {{\n{print_uops([*e.unused, e.sink], m.names, indent='  ')}}}\n" for e in m.entries]
   return "\n".join(blocks)
 
 
