@@ -177,13 +177,27 @@ def entry_args(entry: EntryKernels) -> list[EntryArg]:
   return _name_arguments(ordered)
 
 
+# Names an entry function's scope already has (every target's launcher): its own parameters and
+# locals, Objective-C's implicit names, and the C library functions the bodies call. Types (`..._t`, CamelCase), macros (upper case) and the
+# library's own symbols (PREFIX_..., uopc_...) are kept out by the form a kept name must have.
+_LAUNCHER_NAMES = frozenset("""stream queue workspace num_threads err status functions args grid block q pipelines cb enc
+  id self nil super malloc free memcpy memset""".split())
+_PLAIN_NAME = re.compile(r"[a-z][a-z0-9]*(_[a-z0-9]+)*")
+
+
 def _name_arguments(args: list[EntryArg]) -> list[EntryArg]:
-  """Give each argument a distinct C identifier that is no keyword of C or C++."""
+  """Give each argument a distinct C identifier that cannot collide with anything in its entry
+  function's scope: a name of lower-case words joined by single underscores, not ending in `_t`, no
+  keyword of C, C++ or Objective-C and none of the launchers' own names, is kept as it is; any other
+  becomes arg<i>_<it as an identifier>. The program's own name stays in the metadata."""
   used: set[str] = set()
   out = []
   for i, a in enumerate(args):
     c_name = c_identifier(a.name)
-    if c_name in _RESERVED or c_name in used: c_name = f"arg{i}_{c_name}"
+    if not _PLAIN_NAME.fullmatch(c_name) or c_name.endswith("_t") or c_name in _RESERVED | _LAUNCHER_NAMES or c_name in used \
+        or c_name.startswith("uopc"):
+      c_name = f"arg{i}_{c_name}"[:64]
+    while c_name in used: c_name += "_"
     used.add(c_name)
     out.append(EntryArg(a.name, c_name, a.kind, a.key, a.dtype, a.written, a.shape, a.vmin, a.vmax))
   return out

@@ -72,13 +72,13 @@ _PLAIN = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 
 
 def _input_names(params: Sequence[KernelParam]) -> dict[tuple[str, int | str], str]:
-  """The IR name of each kernel argument, by ("buffer", slot) or ("var", name). A plain identifier is its own name (generated
-  names all end in .N, so they cannot take it); any other name from the input, or a repeated one,
+  """The IR name of each kernel argument, by ("buffer", slot) or ("var", name). A plain identifier of up to 64
+  characters is its own name (generated names all end in .N, so they cannot take it); any other name, or a repeated one,
   becomes arg.<slot>.<name with other characters as _>: three parts, never generated, distinct by slot,
   and plain enough for the AMD metadata's YAML. No other character of the input reaches the IR."""
   out: dict[tuple[str, int | str], str] = {}
   for p in params:
-    plain = _PLAIN.fullmatch(p.name) and p.name not in out.values()
+    plain = _PLAIN.fullmatch(p.name) and len(p.name) <= 64 and p.name not in out.values()  # LLVM cuts long local names
     out[_arg_key(p.kind, p.slot, p.name)] = p.name if plain else f"arg.{p.slot}.{re.sub(r'[^A-Za-z0-9_]', '_', p.name)[:32]}"
   return out
 

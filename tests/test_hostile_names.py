@@ -1,0 +1,93 @@
+"""Every string from the input is data in every emitter (issue 23): PARAM and DEFINE_VAR names with
+quotes, backslashes, newlines, comment markers, `#`, `%`, NUL, non-ASCII, C keywords, the launchers'
+own names and 10,000 characters build with every target; each artifact passes its real tool (the C
+compiler builds the libraries, ptxas the PTX, llvm-mc the AMD ISA, clang++ the Metal source), a C
+program calls the entry through its header, and no name appears as written outside escaped strings."""
+from __future__ import annotations
+
+import ctypes
+import subprocess
+
+import numpy as np
+import pytest
+
+from test_amd_codeobj import LLVM_MC, needs_llvm_mc
+from test_metal import metal_syntax_errors, needs_clang
+from uopc.driver import BuildOptions, build
+
+# as the .uop string literal writes them (the front end decodes the escapes)
+HOSTILE = ['o*/ system(\\"id\\"); /*', "back\\\\slash", "new\\nline", "#define x 1", "%1 = add", "nul\\x00byte",
+           "\u00e9t\u00e9 \u6f22", "int", "stream", "queue", "workspace", "status", "dead_dead", "UOPC_OK", "int64_t",
+           "y", "a" * 10_000]
+DECODED = [h.encode().decode("unicode_escape") if "\\" in h else h for h in HOSTILE]
+
+
+def program() -> str:
+  lines = [f'  %p{i} = PARAM([4]) {{({i}, "{n}")}} : f32' for i, n in enumerate(HOSTILE)]
+  lines += [f'  %out = PARAM([4]) {{({len(HOSTILE)}, "out")}} : f32', '  %n = DEFINE_VAR {("it\'s \\"n\\"", 1, 8)} : index']
+  total = "%p0"
+  for i in range(1, len(HOSTILE)):
+    lines.append(f"  %s{i} = ADD({total}, %p{i})")
+    total = f"%s{i}"
+  return "func dead {\n" + "\n".join(lines + [f"  STORE(%out, {total})"]) + "\n}\n"
+
+
+def _text_artifacts(out):
+  return {p.name: p.read_text(errors="replace") for p in out.iterdir() if p.suffix in (".c", ".h", ".ll", ".ptx", ".s", ".metal", ".m")}
+
+
+def _no_name_as_written(texts: dict[str, str]) -> None:
+  """Each name holds a character that every emitter escapes or replaces (a quote, a backslash, a
+  newline, NUL, `*/`, `#`, `%`, non-ASCII): written as it is, it would be outside any string."""
+  for name, text in texts.items():
+    for raw in DECODED:
+      if any(c in raw for c in '"\\\n\0#%') or not raw.isascii():
+        assert raw not in text, f"{name} holds the name {raw[:40]!r} as written"
+
+
+@pytest.mark.parametrize("target", ["c", "llvm"])
+def test_cpu_libraries_build_and_run(tmp_path, target):
+  (tmp_path / "dead.uop").write_text(program())
+  out = tmp_path / "out"
+  build(tmp_path / "dead.uop", BuildOptions(target, out))
+  _no_name_as_written(_text_artifacts(out))
+  lib = ctypes.CDLL(str(out / "libdead.so"))
+  bufs = [np.full(4, i + 1, np.float32) for i in range(len(HOSTILE))] + [np.zeros(4, np.float32)]
+  assert lib.dead_dead(*(ctypes.c_void_p(b.ctypes.data) for b in bufs), ctypes.c_int64(2)) == 0
+  assert bufs[-1].tolist() == [sum(range(1, len(HOSTILE) + 1))] * 4
+  main = tmp_path / "main.c"
+  main.write_text('#include <string.h>\n#include "dead.h"\nint main(void) { const uopc_entry_info* e = dead_entry_info(0);\n'
+                  '  return !(e->num_args == %d && strcmp(e->args[0].name, %s) == 0); }\n' % (len(HOSTILE) + 2, _c_literal(DECODED[0])))
+  subprocess.run(["cc", "-std=c99", "-Wall", "-Werror", str(main), "-I", str(out), "-L", str(out), "-ldead", "-o", str(tmp_path / "m")], check=True)
+  subprocess.run([str(tmp_path / "m")], check=True, env={"LD_LIBRARY_PATH": str(out)})
+
+
+def _c_literal(s: str) -> str: return '"' + "".join(f"\\{b:03o}" for b in s.encode()) + '"'
+
+
+def test_cuda_launcher_and_ptx(tmp_path):
+  (tmp_path / "dead.uop").write_text(program())
+  out = tmp_path / "out"
+  build(tmp_path / "dead.uop", BuildOptions("cuda", out))  # ptxas (the nvcc wheel) and the C compiler run here
+  assert (out / "libdead.so").is_file()
+  _no_name_as_written(_text_artifacts(out))
+
+
+@needs_llvm_mc
+def test_amd_launcher_and_isa(tmp_path):
+  (tmp_path / "dead.uop").write_text(program())
+  out = tmp_path / "out"
+  build(tmp_path / "dead.uop", BuildOptions("amd", out, archs=("gfx90a",)))
+  _no_name_as_written(_text_artifacts(out))
+  done = subprocess.run([LLVM_MC.path, "-triple=amdgcn-amd-amdhsa", "-mcpu=gfx90a", "-filetype=obj", "-o", str(tmp_path / "k.o"),
+                         str(out / "dead.gfx90a.s")], capture_output=True, text=True)
+  assert done.returncode == 0, done.stderr[:2000]
+
+
+@needs_clang
+def test_metal_source_and_launcher(tmp_path):
+  (tmp_path / "dead.uop").write_text(program())
+  out = tmp_path / "out"
+  build(tmp_path / "dead.uop", BuildOptions("metal", out))
+  assert metal_syntax_errors((out / "dead.metal").read_text()) == ""
+  _no_name_as_written(_text_artifacts(out))
