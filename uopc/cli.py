@@ -251,6 +251,32 @@ def run(file, entry, target, inputs, variables, seed, outputs, emulate):
   else: click.echo(format_result(result), nl=False)
 
 
+@cli.command("export")
+@click.argument("target", metavar="FILE.py:FUNCTION")
+@click.option("--input", "-i", "inputs", multiple=True, metavar="NAME=SHAPE[:DTYPE]",
+              help="One per argument of FUNCTION, in order: e.g. x=64x768:f32 (dtype default f32; `scalar` for shape ()).")
+@click.option("-o", "--output", type=click.Path(dir_okay=False), help="Write the .uop here (atomically) instead of to stdout.")
+@click.option("--name", help="The entry's name (default: FUNCTION).")
+@click.option("--weights", metavar="NAME", help="A model object (or {name: Tensor} dict) in FILE whose state-dict names name the weight PARAMs.")
+@compiler_command
+def export_cmd(target, inputs, output, name, weights):
+  """Export a tinygrad function to a .uop file: FUNCTION in FILE.py is called once on empty tinygrad
+  Tensors shaped by --input (nothing is computed; tinygrad records the graph) and its graph is written
+  as one `func` entry. PARAM slots: the inputs in order, then the buffers the function reads that are
+  not inputs (model weights: realize them in FILE.py first), then the outputs (`out`, or out0, out1...).
+  Needs tinygrad 0.14 (pip install 'uopc[tinygrad]'). An op the exporter cannot write faithfully is an
+  error naming the op and the line of FILE.py that made it.
+
+  \b
+  Example:
+    uopc export model.py:block -i x=64x768 -o block.uop
+  """
+  from uopc.export_cli import export_file
+  text = export_file(target, list(inputs), name, weights)
+  if output: _write_atomic(Path(output), text)
+  else: click.echo(text, nl=False)
+
+
 def _write_atomic(path: Path, text: str) -> None:
   tmp = path.with_name(f".{path.name}.tmp")
   tmp.write_text(text)

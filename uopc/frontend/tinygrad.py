@@ -1,0 +1,496 @@
+"""tinygrad 0.14 tensor graphs -> uopc text: the front end of real models.
+
+`export(fn, *examples)` calls `fn` on tinygrad Tensors and converts the lazy graph it builds (nothing
+is run: tinygrad only schedules at `realize()`) into one `func` entry. The conversion is faithful or
+refuses: every tinygrad op is either written as the seed-000 op with the same meaning or reported as
+an ExportError naming the op and the user's Python line that made it.
+
+Invariants of the written entry:
+- PARAM slots: the example inputs in order (0..n-1), then the other buffers the graph reads (model
+  weights, in the order the graph first meets them), then one PARAM per output, stored once each.
+- Where tinygrad and seed 000 spell an op differently the rewrite is exact: tinygrad's REDUCE drops
+  its n leading axes (seed 000 keeps them as 1: a RESHAPE follows), its EXPAND prepends axes (a
+  RESHAPE to size-1 axes precedes seed 000's EXPAND), RECIPROCAL/CDIV/CMOD/FDIV are RECIP/IDIV/MOD/DIV.
+- A weak constant (`weakint`/`weakfloat`, and any value computed only from them) takes the dtype of
+  what it meets, as in tinygrad; one that meets nothing typed gets the default int32/float32.
+- A tinygrad FUNCTION (from `uopc.function` / `tinygrad.function`) stays a FUNCTION over a TUPLE of
+  PARAMs whose results are read through GETTUPLE; Callify inlines it.
+"""
+from __future__ import annotations
+
+import functools
+import inspect
+import os
+import sys
+import weakref
+from contextlib import contextmanager
+from dataclasses import dataclass
+from typing import Any, Callable, Iterator, Sequence
+
+from uopc.diagnostics import CompileError, Loc, error
+from uopc.frontend.parser import c_identifier, parse_source
+from uopc.frontend.printer import format_arg, print_module
+from uopc.ops import Ops
+
+try:
+  from tinygrad import Tensor, dtypes as tdt
+  from tinygrad.uop.ops import Ops as T, UOp as TUOp
+except ImportError:  # pragma: no cover - exercised only where tinygrad is missing
+  Tensor = None
+
+_TINYGRAD_DIR = os.path.dirname(sys.modules["tinygrad"].__file__) if Tensor is not None else "<none>"
+_UOPC_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+_RENAMED = {"RECIPROCAL": "RECIP", "CDIV": "IDIV", "CMOD": "MOD", "FDIV": "DIV"}
+_ALU = frozenset("""ADD MUL MAX SUB NEG CMPLT CMPNE CMPEQ WHERE EXP2 LOG2 SIN SQRT RECIPROCAL TRUNC CDIV CMOD
+  FDIV POW AND OR XOR SHL SHR FLOORDIV FLOORMOD MULACC THREEFRY""".split())
+_PASS = frozenset({"DETACH", "CONTIGUOUS_BACKWARD"})
+_HINTS = {
+  "AFTER": "an assignment or random numbers inside the traced function; realize the model's weights and random "
+           "tensors before exporting (e.g. Tensor.realize(*nn.state.get_parameters(model)))",
+  "STORE": "an assignment inside the traced function; uopc exports pure functions",
+  "COPY": "a copy to another device; multi-device programs are not exported yet",
+  "MSELECT": "multi-device programs are not exported yet", "MSTACK": "multi-device programs are not exported yet",
+  "ALLREDUCE": "multi-device programs are not exported yet",
+}
+
+
+def require_tinygrad() -> None:
+  if Tensor is None:
+    raise CompileError([error(None, "the tinygrad front end needs tinygrad 0.14: pip install 'uopc[tinygrad]'")])
+
+
+def uopc_dtype(dt: Any) -> str:
+  """A tinygrad scalar dtype -> its uopc spelling; weak dtypes get tinygrad's defaults."""
+  table = {tdt.bool: "bool", tdt.int8: "i8", tdt.int16: "i16", tdt.int32: "i32", tdt.int64: "i64", tdt.uint8: "u8",
+           tdt.uint16: "u16", tdt.uint32: "u32", tdt.uint64: "u64", tdt.float16: "f16", tdt.bfloat16: "bf16",
+           tdt.float32: "f32", tdt.float64: "f64", tdt.weakint: "i32", tdt.weakfloat: "f32"}
+  if dt in table: return table[dt]
+  raise _Unsupported(f"dtype {dt} has no uopc equivalent")
+
+
+def _is_weak(u: Any) -> bool: return u.dtype in (tdt.weakint, tdt.weakfloat)
+
+
+class _Unsupported(Exception):
+  """Raised inside the walk; turned into a located ExportError by `export`."""
+
+  def __init__(self, message: str, node: Any = None):
+    super().__init__(message)
+    self.node = node
+
+
+# ---- where the user's code made each tinygrad node ---------------------------------------------------
+class Sites:
+  """tinygrad UOp -> (file, line) of the user's code that created it, recorded while tracing: every
+  Tensor built during the trace marks the nodes new in its graph with the innermost caller frame that
+  is neither tinygrad's nor uopc's."""
+
+  def __init__(self): self.at: dict[Any, tuple[str, int]] = {}
+
+  def record(self, root: Any) -> None:
+    stack = [root]
+    site = None
+    while stack:
+      u = stack.pop()
+      if u in self.at: continue
+      site = site or _user_frame()
+      self.at[u] = site
+      stack.extend(u.src)
+
+  def of(self, u: Any) -> tuple[str, int] | None: return self.at.get(u)
+
+
+def _user_frame() -> tuple[str, int]:
+  f = sys._getframe(1)
+  while f is not None:
+    path = os.path.abspath(f.f_code.co_filename)
+    if not (path.startswith(_TINYGRAD_DIR) or path.startswith(_UOPC_DIR) or "/contextlib.py" in path
+            or "/functools.py" in path):
+      return (path, f.f_lineno)
+    f = f.f_back
+  return ("<unknown>", 0)
+
+
+@contextmanager
+def recording(sites: Sites) -> Iterator[None]:
+  """Patch Tensor construction for the duration of a trace so each new node gets its user site."""
+  original = Tensor.__init__
+  def init(self, *args, **kwargs):
+    original(self, *args, **kwargs)
+    sites.record(self.uop)
+  Tensor.__init__ = init
+  try: yield
+  finally: Tensor.__init__ = original
+
+
+# ---- the graph walk ----------------------------------------------------------------------------------
+@dataclass
+class Param:
+  slot: int
+  name: str
+  shape: tuple
+  dtype: str
+
+
+class Writer:
+  """Statements of one entry (or one FUNCTION body scope shares the entry's lines)."""
+
+  def __init__(self):
+    self.lines: list[str] = []
+    self.count = 0
+
+    self.used: set[str] = set()
+
+  def let(self, text: str, name: str | None = None) -> str:
+    """A new statement: `%name` for a PARAM (suffixed when taken), `%t.<n>` for the rest (a '.' is in no
+    C identifier, so the two never meet)."""
+    self.count += 1
+    full = f"%t.{self.count}"
+    if name is not None:
+      full = f"%{name}" if f"%{name}" not in self.used else f"%{name}_{self.count}"
+    self.used.add(full)
+    self.lines.append(f"  {full} = {text}")
+    return full
+
+
+def _dims(shape: Sequence) -> str:
+  for d in shape:
+    if not isinstance(d, int): raise _Unsupported(f"symbolic size {d} is not exported yet")
+  return "[" + ", ".join(str(d) for d in shape) + "]"
+
+
+class Converter:
+  """Writes the uopc statements for a set of tinygrad roots. `leaves` maps tinygrad nodes that stand
+  for a PARAM (inputs, weights, formals of a FUNCTION body) to their uopc value name."""
+
+  def __init__(self, w: Writer, leaves: dict[Any, str], new_weight: Callable[[Any], str], sites: Sites):
+    self.w, self.leaves, self.new_weight, self.sites = w, leaves, new_weight, sites
+    self.done: dict[tuple[Any, str | None], str] = {}
+
+  def value(self, root: Any, want: str | None = None) -> str:
+    """The uopc name of `root`'s value; a weak root is written in dtype `want`."""
+    for u in self._order(root):
+      if not _is_weak(u) and (u, None) not in self.done: self.done[(u, None)] = self._convert(u, None)
+    return self._get(root, want)
+
+  def _order(self, root: Any) -> list[Any]:
+    """Sources before users, stopping at leaves and at nodes already written (an explicit stack)."""
+    order, seen, stack = [], set(), [(root, False)]
+    while stack:
+      u, expanded = stack.pop()
+      if expanded: order.append(u); continue  # noqa: E702
+      if u in seen or (u, None) in self.done: continue
+      seen.add(u)
+      stack.append((u, True))
+      stack.extend((s, False) for s in reversed(self._operands(u)))
+    return order
+
+  def _operands(self, u: Any) -> tuple:
+    """The value sources of u: a movement op's shape operands, a buffer's size and a FUNCTION's body are not values."""
+    if u in self.leaves or u.op in (T.BUFFER, T.PARAM, T.FUNCTION, T.CONST, T.AFTER, T.STORE): return ()
+    if u.op is T.RESHAPE and u.src[0].op is T.BUFFER: return ()  # a weight: written with its tensor's shape
+    if u.op.name in ("RESHAPE", "EXPAND", "PERMUTE", "PAD", "SHRINK", "FLIP"): return u.src[:1]
+    return u.src
+
+  def _get(self, u: Any, want: str | None) -> str:
+    if not _is_weak(u): return self.done[(u, None)] if (u, None) in self.done else self.value(u)
+    dt = want or uopc_dtype(u.dtype)
+    if (u, dt) not in self.done: self.done[(u, dt)] = self._convert(u, dt)
+    return self.done[(u, dt)]
+
+  def _convert(self, u: Any, weak_as: str | None) -> str:
+    try:
+      return self._write(u, weak_as)
+    except _Unsupported as e:
+      if e.node is None: e.node = u
+      raise
+
+  def _write(self, u: Any, weak_as: str | None) -> str:
+    if u in self.leaves: return self.leaves[u]
+    name = u.op.name
+    if name == "BUFFER": return self.new_weight(u, tuple(u.shape))
+    if name == "CONST": return self._const(u, weak_as)
+    if name in _PASS: return self._get(u.src[0], weak_as)
+    if name == "CONTIGUOUS": return self.w.let(f"CONTIGUOUS({self._get(u.src[0], weak_as)})")
+    if name in _ALU: return self._alu(u, weak_as)
+    if name in ("CAST", "BITCAST"): return self._cast(u)
+    if name == "REDUCE": return self._reduce(u, weak_as)
+    if name in ("RESHAPE", "EXPAND", "PERMUTE", "PAD", "SHRINK", "FLIP"): return self._movement(u, weak_as)
+    if name == "STACK" and u.dtype != tdt.void: return self.w.let(f"STACK({', '.join(self._get(s, weak_as) for s in u.src)})")
+    if name == "GETTUPLE": return self._gettuple(u)
+    if name == "FUNCTION": return self._function(u)
+    if name == "COPY" and not isinstance(u.device, tuple) and not isinstance(u.src[0].device, tuple):
+      return self._get(u.src[0], weak_as)  # a copy between two single devices does not change a value
+    raise _Unsupported(f"tinygrad op {name} is not supported by the exporter" + (f" ({_HINTS[name]})" if name in _HINTS else ""))
+
+  def _const(self, u: Any, weak_as: str | None) -> str:
+    v = u.arg
+    if not isinstance(v, (bool, int, float)):
+      try: v = float(v)
+      except (TypeError, ValueError): raise _Unsupported(f"CONST {v!r} has no uopc value") from None
+    dt = weak_as or uopc_dtype(u.dtype)
+    if dt == "bool": v = bool(v)
+    elif dt[0] in "iu": v = int(v)
+    else: v = float(v)
+    return self.w.let(f"CONST {{{format_arg(v)}}} : {dt}")
+
+  def _operand_dtype(self, u: Any, weak_as: str | None, i: int) -> str | None:
+    """The dtype a weak source i of ALU `u` takes: the op's own dtype, or for a comparison the dtype of
+    a typed partner (or the default)."""
+    if u.op.name == "WHERE" and i == 0: return "bool"
+    if u.op.name in ("CMPLT", "CMPNE", "CMPEQ"):
+      typed = [s for s in u.src if not _is_weak(s)]
+      return uopc_dtype(typed[0].dtype) if typed else None
+    if u.op.name in ("SHL", "SHR") and i == 1 and not _is_weak(u.src[0]): return uopc_dtype(u.src[0].dtype)
+    return weak_as or uopc_dtype(u.dtype)
+
+  def _alu(self, u: Any, weak_as: str | None) -> str:
+    ops = [self._get(s, self._operand_dtype(u, weak_as, i)) for i, s in enumerate(u.src)]
+    return self.w.let(f"{_RENAMED.get(u.op.name, u.op.name)}({', '.join(ops)})")
+
+  def _cast(self, u: Any) -> str:
+    src = u.src[0]
+    if u.op.name == "BITCAST" and src.dtype.itemsize != u.dtype.itemsize:
+      raise _Unsupported("a BITCAST between dtypes of different sizes is not exported")
+    return self.w.let(f"{u.op.name}({self._get(src, None)}) : {uopc_dtype(u.dtype)}")
+
+  def _reduce(self, u: Any, weak_as: str | None) -> str:
+    op, n = u.arg
+    x = self._get(u.src[0], weak_as)
+    if n == 0: return x
+    red = self.w.let(f"REDUCE({x}) {{({op.name}, {format_arg(tuple(range(n)))})}}")
+    return self.w.let(f"RESHAPE({red}, {_dims(u.shape)})")
+
+  def _movement(self, u: Any, weak_as: str | None) -> str:
+    if u.op is T.RESHAPE and u.src[0].op is T.BUFFER and (u.src[0], None) not in self.done and u.src[0] not in self.leaves:
+      self.done[(u.src[0], None)] = self.new_weight(u.src[0], tuple(u.shape))  # a weight keeps its tensor's shape
+      return self.done[(u.src[0], None)]
+    x, name, ps = self._get(u.src[0], weak_as), u.op.name, tuple(u.src[0].shape)
+    if name == "RESHAPE": return x if tuple(u.shape) == ps else self.w.let(f"RESHAPE({x}, {_dims(u.shape)})")
+    if name == "EXPAND":
+      lead = tuple(u.marg)
+      if not lead: return x
+      ones = self.w.let(f"RESHAPE({x}, {_dims((1,) * len(lead) + ps)})")
+      return self.w.let(f"EXPAND({ones}, {_dims(lead + ps)})")
+    if name == "PERMUTE": return self.w.let(f"PERMUTE({x}) {{{format_arg(tuple(u.marg))}}}")
+    if name == "FLIP": return self.w.let(f"FLIP({x}) {{{format_arg(tuple(u.marg))}}}")
+    offsets, sizes = [o for o, _ in u.marg], [s for _, s in u.marg]
+    return self.w.let(f"{name}({x}, {_dims(offsets)}, {_dims(sizes)})")
+
+  def _gettuple(self, u: Any) -> str:
+    fn = u.src[0]
+    if fn.op is not T.FUNCTION: raise _Unsupported(f"GETTUPLE of {fn.op.name} is not exported")
+    return self.w.let(f"GETTUPLE({self._get(fn, None)}) {{{u.arg}}}")
+
+  def _function(self, fn: Any) -> str:
+    """A FUNCTION(TUPLE(body...), args...) of tinygrad: its formals become uopc PARAMs of the body."""
+    args = [self._get(a, None) for a in fn.src[1:]]
+    body = fn.src[0]
+    formals = {p: p for p in body.toposort() if p.op is T.PARAM}
+    inner: dict[Any, str] = {}
+    for p in sorted(formals, key=lambda p: p.arg.slot):
+      inner[p] = self.w.let(f"PARAM({_dims(p.shape)}) {{({p.arg.slot}, \"arg{p.arg.slot}\")}} : {uopc_dtype(p.dtype)}", f"arg{p.arg.slot}")
+    sub = Converter(self.w, inner, self._no_weights, self.sites)
+    values = [sub.value(s) for s in body.src]
+    tup = self.w.let(f"TUPLE({', '.join(values)})")
+    op = "CALL" if body in _CALL_BODIES else "FUNCTION"
+    return self.w.let(f"{op}({', '.join([tup] + args)})")
+
+  def _no_weights(self, u: Any, shape: tuple) -> str:
+    raise _Unsupported("a buffer read inside a FUNCTION body that is not one of its arguments")
+
+
+# ---- the public entry points -------------------------------------------------------------------------
+def _as_tensor(x: Any, i: int) -> Any:
+  if isinstance(x, Tensor): return x
+  try:
+    import numpy as np
+    if isinstance(x, np.ndarray): return Tensor(x)
+  except ImportError:  # pragma: no cover
+    pass
+  raise CompileError([error(None, f"example input {i} is a {type(x).__name__}; pass a tinygrad Tensor "
+                                  "(e.g. Tensor.empty(shape, dtype=...)) or a numpy array")])
+
+
+def _input_names(fn: Callable, n: int, given: Sequence[str] | None) -> list[str]:
+  if given is not None:
+    if len(given) != n: raise CompileError([error(None, f"{len(given)} input names for {n} example inputs")])
+    return [c_identifier(g) for g in given]
+  try:
+    params = [p.name for p in inspect.signature(fn).parameters.values()
+              if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)]
+  except (TypeError, ValueError):
+    params = []
+  return params[:n] + [f"x{i}" for i in range(len(params), n)] if len(params) >= n else [f"x{i}" for i in range(n)]
+
+
+def _outputs(ret: Any, fn_name: str) -> list[Any]:
+  outs = list(ret) if isinstance(ret, (tuple, list)) else [ret]
+  for i, t in enumerate(outs):
+    if not isinstance(t, Tensor):
+      raise CompileError([error(None, f"{fn_name} returned a {type(t).__name__} as output {i}; an exported function returns Tensors")])
+  return outs
+
+
+def _weight_names(weights: Any) -> dict[Any, str]:
+  """BUFFER node -> name, from a model (its state dict) or a {name: Tensor} mapping."""
+  if weights is None: return {}
+  from tinygrad.nn.state import get_state_dict
+  named = weights if isinstance(weights, dict) else get_state_dict(weights)
+  out = {}
+  for key, t in named.items():
+    base = next((u for u in t.uop.toposort() if u.op is T.BUFFER), None)
+    if base is not None: out.setdefault(base, c_identifier(key))
+  return out
+
+
+@dataclass
+class Traced:
+  """The result of tracing: the entry's text and its parameter lists."""
+  text: str
+  inputs: list[Param]
+  weights: list[tuple[Param, Any]]  # (param, the tinygrad BUFFER node: realized weights carry data)
+  outputs: list[Param]
+
+
+def trace(fn: Callable, examples: Sequence[Any], name: str | None = None, input_names: Sequence[str] | None = None,
+          weights: Any = None) -> Traced:
+  """Call `fn` on the examples under site recording and write its graph as one `func` entry."""
+  require_tinygrad()
+  tensors = [_as_tensor(x, i) for i, x in enumerate(examples)]
+  entry = c_identifier(name or getattr(fn, "__name__", "model"))
+  sites = Sites()
+  for t in tensors: sites.record(t.uop)
+  with recording(sites):
+    try:
+      ret = fn(*tensors)
+    except Exception as e:  # noqa: BLE001 - the user's code failed on the example inputs: their error, located
+      raise _user_exception(e, entry) from None
+  outs = _outputs(ret, entry)
+  w, leaves = Writer(), {}
+  names = _input_names(fn, len(tensors), input_names)
+  inputs = []
+  for i, (t, nm) in enumerate(zip(tensors, names)):
+    if t.uop in leaves: continue  # the same tensor passed twice: its first slot
+    p = Param(i, nm, tuple(t.shape), uopc_dtype(t.dtype))
+    leaves[t.uop] = w.let(f"PARAM({_dims(p.shape)}) {{({i}, \"{nm}\")}} : {p.dtype}", nm)
+    inputs.append(p)
+  wnames, found = _weight_names(weights), []
+  used = set(names)
+  def new_weight(buf: Any, shape: tuple) -> str:
+    slot = len(tensors) + len(found)
+    nm = _unique(wnames.get(buf, f"w{len(found)}"), used)
+    p = Param(slot, nm, shape, uopc_dtype(buf.dtype))
+    found.append((p, buf))
+    return w.let(f"PARAM({_dims(p.shape)}) {{({slot}, \"{nm}\")}} : {p.dtype}", nm)
+  conv = Converter(w, leaves, new_weight, sites)
+  values = []
+  for i, t in enumerate(outs):
+    try:
+      values.append(conv.value(t.uop))
+    except _Unsupported as e:
+      raise _located(e, sites, entry) from None
+  outputs = []
+  for i, (t, v) in enumerate(zip(outs, values)):
+    slot = len(tensors) + len(found) + i
+    nm = _unique("out" if len(outs) == 1 else f"out{i}", used)
+    p = Param(slot, nm, tuple(t.shape), uopc_dtype(t.dtype))
+    o = w.let(f"PARAM({_dims(p.shape)}) {{({slot}, \"{nm}\")}} : {p.dtype}", nm)
+    w.lines.append(f"  STORE({o}, {v})")
+    outputs.append(p)
+  text = f"func {entry} {{\n" + "\n".join(w.lines) + "\n}\n"
+  return Traced(text, inputs, found, outputs)
+
+
+def _unique(name: str, used: set[str]) -> str:
+  base, k = name, 1
+  while name in used: name, k = f"{base}_{k}", k + 1
+  used.add(name)
+  return name
+
+
+def _located(e: _Unsupported, sites: Sites, entry: str) -> CompileError:
+  site = sites.of(e.node) if e.node is not None else None
+  if site is None or site[0] == "<unknown>":
+    return CompileError([error(None, f"in {entry}: {e}")])
+  return _at(site[0], site[1], f"in {entry}: {e}")
+
+
+def _user_exception(e: Exception, entry: str) -> CompileError:
+  """An exception from the traced function: reported at the innermost line of the user's code."""
+  import traceback
+  frames = [f for f in traceback.extract_tb(e.__traceback__)
+            if not (os.path.abspath(f.filename).startswith(_TINYGRAD_DIR) or os.path.abspath(f.filename).startswith(_UOPC_DIR))]
+  message = f"in {entry}: calling it on the example inputs raised {type(e).__name__}: {e}"
+  if not frames: return CompileError([error(None, message)])
+  path, line = os.path.abspath(frames[-1].filename), frames[-1].lineno or 0
+  return _at(path, line, message)
+
+
+def _at(path: str, line: int, message: str) -> CompileError:
+  try:
+    with open(path) as f: source = f.read()
+  except OSError:
+    return CompileError([error(None, f"{path}:{line}: {message}")])
+  lines, col = source.splitlines(), 1
+  if 1 <= line <= len(lines): col = len(lines[line - 1]) - len(lines[line - 1].lstrip()) + 1
+  return CompileError([error(Loc(path, line, col), message)], {path: source})
+
+
+def _canonical(text: str, what: str) -> str:
+  """Parse the written text with uopc's own front end and print it back canonically. The exporter writes
+  well-formed programs by construction, so a diagnostic here is uopc's bug, not the user's."""
+  try:
+    module = parse_source(text, f"<export of {what}>")
+  except CompileError as e:
+    raise RuntimeError(f"the tinygrad exporter wrote a program uopc rejects:\n{e.format()}\n--- program ---\n{text}") from None
+  module.names = {u: n for u, n in module.names.items() if u.op is Ops.PARAM}  # the rest are numbered
+  return print_module(module)
+
+
+def export(fn: Callable, *example_inputs: Any, name: str | None = None, input_names: Sequence[str] | None = None,
+           weights: Any = None) -> str:
+  """The `.uop` text of one `func` entry computing `fn` on inputs shaped like `example_inputs`.
+  PARAM slots: the inputs, the other buffers the graph reads (weights: named from `weights`, a model or
+  a {name: Tensor} dict, else w0, w1, ...), then the outputs (`out`, or out0, out1, ...)."""
+  t = trace(fn, example_inputs, name, input_names, weights)
+  return _canonical(t.text, t.text.split()[1])
+
+
+def export_module(functions: Sequence[tuple], weights: Any = None) -> str:
+  """Several entries in one file: each item is `(fn, example_inputs)` or `(fn, example_inputs, name)`."""
+  texts, names = [], set()
+  for item in functions:
+    fn, examples, nm = (item + (None,))[:3]
+    t = trace(fn, examples, nm, None, weights)
+    entry = t.text.split()[1]
+    if entry in names: raise CompileError([error(None, f"two exported entries are named '{entry}'; pass distinct names")])
+    names.add(entry)
+    texts.append(t.text)
+  return _canonical("\n".join(texts), "module")
+
+
+_CALL_BODIES: "weakref.WeakSet" = weakref.WeakSet()  # FUNCTION bodies made by uopc.function: written as CALL
+
+
+def function(fn: Callable | None = None, *, inline: bool = False, **kwargs: Any) -> Any:
+  """Seed 000's @function on tinygrad Tensors: the decorated function, called on Tensors, is traced (nothing
+  runs) into a FUNCTION whose body is a TUPLE over PARAMs, its results read through GETTUPLE; several
+  outputs; every call reuses the one body. Exported as a CALL, a reusable kernel compiled once whatever
+  the number of call sites; `inline=True` exports a FUNCTION instead, which Callify inlines (fusable with
+  its neighbours). tinygrad's own `function` builds the graph; `kwargs` go to it."""
+  require_tinygrad()
+  from tinygrad.function import function as tg_function
+  def wrap(f: Callable) -> Callable:
+    traced = tg_function(f, **kwargs)
+    if inline: return traced
+    @functools.wraps(f)
+    def call(*args: Any, **kw: Any) -> Any:
+      ret = traced(*args, **kw)
+      for t in (ret if isinstance(ret, tuple) else (ret,)): _CALL_BODIES.add(t.uop.src[0].src[0])
+      return ret
+    return call
+  return wrap(fn) if fn is not None else wrap
+
+
