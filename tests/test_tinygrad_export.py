@@ -209,3 +209,19 @@ def test_cli_export_errors_are_diagnostics_with_exit_1(tmp_path, args, message):
   r = uopc_cli("export", *args, "-o", "out.uop", cwd=tmp_path)
   assert r.returncode == 1 and message in r.stderr and "Traceback" not in r.stderr, r.stderr
   assert not (tmp_path / "out.uop").exists()
+
+
+def test_a_variable_size_is_a_define_var(tmp_path):
+  from tinygrad import Variable
+  n = Variable("n", 1, 10).bind(3)
+  def rows(x): return (x * 2).sum(1), x.reshape(n * 4) + 1
+  path = tmp_path / "rows.uop"
+  path.write_text(uopc.export(rows, Tensor.empty(n, 4)))
+  text = path.read_text()
+  assert '%n = DEFINE_VAR {("n", 1, 10)} : index' in text and "PARAM([%n, 4])" in text
+  for size in (1, 3, 7):
+    x = f32(size, 4)
+    for target in ("c", "llvm"):
+      got = run_file(path, target=target, inputs={"x": x}, variables={"n": size}).arrays
+      assert_match(got["out0"], (x * 2).sum(1), what=target)
+      assert_match(got["out1"], x.reshape(-1) + 1, what=target)

@@ -101,14 +101,30 @@ def _error(module: Module, node: UOp | None, message: str, *notes: str) -> Compi
 
 
 # ---- inputs ---------------------------------------------------------------------------------------------
+_SIZE_OPS = {Ops.ADD: lambda a, b: a + b, Ops.SUB: lambda a, b: a - b, Ops.MUL: lambda a, b: a * b,
+             Ops.MAX: max, Ops.IDIV: lambda a, b: int(a / b), Ops.MOD: lambda a, b: a - b * int(a / b),
+             Ops.FLOORDIV: lambda a, b: a // b, Ops.FLOORMOD: lambda a, b: a % b}
+
+
+def _size_value(d: UOp, variables: dict[str, int]) -> int | None:
+  """A symbolic size's value: DEFINE_VARs from `variables`, integer arithmetic over them; None if unknown."""
+  if d.op is Ops.CONST: return int(d.arg)
+  if d.op is Ops.DEFINE_VAR: return int(variables[d.arg[0]]) if d.arg[0] in variables else None
+  if d.op is Ops.CAST and d.src: return _size_value(d.src[0], variables)
+  if d.op not in _SIZE_OPS or len(d.src) != 2: return None
+  a, b = (_size_value(s, variables) for s in d.src)
+  return None if a is None or b is None else _SIZE_OPS[d.op](a, b)
+
+
 def _resolve_shape(module: Module, arg: Arg, variables: dict[str, int]) -> tuple[int, ...] | None:
   if arg.shape is None: return None
   dims = []
   for d in arg.shape:
-    if isinstance(d, int): dims.append(d)
-    elif d.op is Ops.DEFINE_VAR and d.arg[0] in variables: dims.append(int(variables[d.arg[0]]))
-    else: raise _error(module, arg.node, f"the size of buffer '{arg.name}' needs a value for {d.arg[0] if d.op is Ops.DEFINE_VAR else 'an expression'}",
-                       "give it with --var NAME=VALUE")
+    if (v := d if isinstance(d, int) else _size_value(d, variables)) is not None: dims.append(v)
+    else:
+      missing = sorted({u.arg[0] for u in d.toposort() if u.op is Ops.DEFINE_VAR and u.arg[0] not in variables})
+      raise _error(module, arg.node, f"the size of buffer '{arg.name}' needs a value for {', '.join(missing) or 'an expression'}",
+                   "give it with --var NAME=VALUE")
   return tuple(dims)
 
 

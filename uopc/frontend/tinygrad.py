@@ -69,6 +69,11 @@ def uopc_dtype(dt: Any) -> str:
   raise _Unsupported(f"dtype {dt} has no uopc equivalent")
 
 
+def _variable(u: Any) -> bool:
+  """tinygrad 0.14's Variable: a BUFFER of an ALU-space scalar carrying a name and bounds."""
+  return u.op is T.BUFFER and getattr(u.arg, "name", None) is not None and getattr(u.arg, "vmin_vmax", None) is not None
+
+
 def _is_weak(u: Any) -> bool: return u.dtype in (tdt.weakint, tdt.weakfloat)
 
 
@@ -141,6 +146,7 @@ class Writer:
     self.count = 0
 
     self.used: set[str] = set()
+    self.sizes: dict[Any, str] = {}
 
   def let(self, text: str, name: str | None = None) -> str:
     """A new statement: `%name` for a PARAM (suffixed when taken), `%t.<n>` for the rest (a '.' is in no
@@ -153,11 +159,25 @@ class Writer:
     self.lines.append(f"  {full} = {text}")
     return full
 
+  def dims(self, shape: Sequence) -> str:
+    """A shape operand: sizes as numbers, a symbolic size (a tinygrad Variable, or an expression of some)
+    as the value that computes it."""
+    return "[" + ", ".join(str(d) if isinstance(d, int) else self.size(d) for d in shape) + "]"
 
-def _dims(shape: Sequence) -> str:
-  for d in shape:
-    if not isinstance(d, int): raise _Unsupported(f"symbolic size {d} is not exported yet")
-  return "[" + ", ".join(str(d) for d in shape) + "]"
+  def size(self, d: Any) -> str:
+    """The index-valued statement of a symbolic size: a Variable is a DEFINE_VAR (one per name)."""
+    key = ("size", d)
+    if key in self.sizes: return self.sizes[key]
+    if d.op is T.AFTER and d.src[0].op is T.BUFFER: out = self.size(d.src[0])
+    elif _variable(d):
+      lo, hi = d.arg.vmin_vmax
+      out = self.let(f"DEFINE_VAR {{({format_arg(d.arg.name)}, {lo}, {hi})}} : index", c_identifier(d.arg.name))
+    elif d.op is T.CONST: out = self.let(f"CONST {{{int(d.arg)}}} : index")
+    elif d.op.name in _ALU and d.op.name not in ("WHERE", "THREEFRY", "MULACC"):
+      out = self.let(f"{_RENAMED.get(d.op.name, d.op.name)}({', '.join(self.size(s) for s in d.src)})")
+    else: raise _Unsupported(f"a size computed by {d.op.name} is not exported", d)
+    self.sizes[key] = out
+    return out
 
 
 class Converter:
@@ -209,6 +229,8 @@ class Converter:
   def _write(self, u: Any, weak_as: str | None) -> str:
     if u in self.leaves: return self.leaves[u]
     name = u.op.name
+    if name == "AFTER" and u.src[0].op is T.BUFFER and _variable(u.src[0]) or _variable(u):
+      return self.w.let(f"CAST({self.w.size(u)}) : {weak_as or uopc_dtype(u.dtype)}")
     if name == "BUFFER": return self.new_weight(u, tuple(u.shape))
     if name == "CONST": return self._const(u, weak_as)
     if name in _PASS: return self._get(u.src[0], weak_as)
@@ -260,23 +282,23 @@ class Converter:
     x = self._get(u.src[0], weak_as)
     if n == 0: return x
     red = self.w.let(f"REDUCE({x}) {{({op.name}, {format_arg(tuple(range(n)))})}}")
-    return self.w.let(f"RESHAPE({red}, {_dims(u.shape)})")
+    return self.w.let(f"RESHAPE({red}, {self.w.dims(u.shape)})")
 
   def _movement(self, u: Any, weak_as: str | None) -> str:
     if u.op is T.RESHAPE and u.src[0].op is T.BUFFER and (u.src[0], None) not in self.done and u.src[0] not in self.leaves:
       self.done[(u.src[0], None)] = self.new_weight(u.src[0], tuple(u.shape))  # a weight keeps its tensor's shape
       return self.done[(u.src[0], None)]
     x, name, ps = self._get(u.src[0], weak_as), u.op.name, tuple(u.src[0].shape)
-    if name == "RESHAPE": return x if tuple(u.shape) == ps else self.w.let(f"RESHAPE({x}, {_dims(u.shape)})")
+    if name == "RESHAPE": return x if tuple(u.shape) == ps else self.w.let(f"RESHAPE({x}, {self.w.dims(u.shape)})")
     if name == "EXPAND":
       lead = tuple(u.marg)
       if not lead: return x
-      ones = self.w.let(f"RESHAPE({x}, {_dims((1,) * len(lead) + ps)})")
-      return self.w.let(f"EXPAND({ones}, {_dims(lead + ps)})")
+      ones = self.w.let(f"RESHAPE({x}, {self.w.dims((1,) * len(lead) + ps)})")
+      return self.w.let(f"EXPAND({ones}, {self.w.dims(lead + ps)})")
     if name == "PERMUTE": return self.w.let(f"PERMUTE({x}) {{{format_arg(tuple(u.marg))}}}")
     if name == "FLIP": return self.w.let(f"FLIP({x}) {{{format_arg(tuple(u.marg))}}}")
     offsets, sizes = [o for o, _ in u.marg], [s for _, s in u.marg]
-    return self.w.let(f"{name}({x}, {_dims(offsets)}, {_dims(sizes)})")
+    return self.w.let(f"{name}({x}, {self.w.dims(offsets)}, {self.w.dims(sizes)})")
 
   def _gettuple(self, u: Any) -> str:
     fn = u.src[0]
@@ -290,7 +312,7 @@ class Converter:
     formals = {p: p for p in body.toposort() if p.op is T.PARAM}
     inner: dict[Any, str] = {}
     for p in sorted(formals, key=lambda p: p.arg.slot):
-      inner[p] = self.w.let(f"PARAM({_dims(p.shape)}) {{({p.arg.slot}, \"arg{p.arg.slot}\")}} : {uopc_dtype(p.dtype)}", f"arg{p.arg.slot}")
+      inner[p] = self.w.let(f"PARAM({self.w.dims(p.shape)}) {{({p.arg.slot}, \"arg{p.arg.slot}\")}} : {uopc_dtype(p.dtype)}", f"arg{p.arg.slot}")
     sub = Converter(self.w, inner, self._no_weights, self.sites)
     values = [sub.value(s) for s in body.src]
     tup = self.w.let(f"TUPLE({', '.join(values)})")
@@ -374,7 +396,7 @@ def trace(fn: Callable, examples: Sequence[Any], name: str | None = None, input_
   for i, (t, nm) in enumerate(zip(tensors, names)):
     if t.uop in leaves: continue  # the same tensor passed twice: its first slot
     p = Param(i, nm, tuple(t.shape), uopc_dtype(t.dtype))
-    leaves[t.uop] = w.let(f"PARAM({_dims(p.shape)}) {{({i}, \"{nm}\")}} : {p.dtype}", nm)
+    leaves[t.uop] = w.let(f"PARAM({w.dims(p.shape)}) {{({i}, \"{nm}\")}} : {p.dtype}", nm)
     inputs.append(p)
   wnames, found = _weight_names(weights), []
   used = set(names)
@@ -383,7 +405,7 @@ def trace(fn: Callable, examples: Sequence[Any], name: str | None = None, input_
     nm = _unique(wnames.get(buf, f"w{len(found)}"), used)
     p = Param(slot, nm, shape, uopc_dtype(buf.dtype))
     found.append((p, buf))
-    return w.let(f"PARAM({_dims(p.shape)}) {{({slot}, \"{nm}\")}} : {p.dtype}", nm)
+    return w.let(f"PARAM({w.dims(p.shape)}) {{({slot}, \"{nm}\")}} : {p.dtype}", nm)
   conv = Converter(w, leaves, new_weight, sites)
   values = []
   for i, t in enumerate(outs):
@@ -396,7 +418,7 @@ def trace(fn: Callable, examples: Sequence[Any], name: str | None = None, input_
     slot = len(tensors) + len(found) + i
     nm = _unique("out" if len(outs) == 1 else f"out{i}", used)
     p = Param(slot, nm, tuple(t.shape), uopc_dtype(t.dtype))
-    o = w.let(f"PARAM({_dims(p.shape)}) {{({slot}, \"{nm}\")}} : {p.dtype}", nm)
+    o = w.let(f"PARAM({w.dims(p.shape)}) {{({slot}, \"{nm}\")}} : {p.dtype}", nm)
     w.lines.append(f"  STORE({o}, {v})")
     outputs.append(p)
   text = f"func {entry} {{\n" + "\n".join(w.lines) + "\n}\n"
@@ -445,7 +467,7 @@ def _canonical(text: str, what: str) -> str:
     module = parse_source(text, f"<export of {what}>")
   except CompileError as e:
     raise RuntimeError(f"the tinygrad exporter wrote a program uopc rejects:\n{e.format()}\n--- program ---\n{text}") from None
-  module.names = {u: n for u, n in module.names.items() if u.op is Ops.PARAM}  # the rest are numbered
+  module.names = {u: n for u, n in module.names.items() if u.op in (Ops.PARAM, Ops.DEFINE_VAR)}  # the rest are numbered
   return print_module(module)
 
 
