@@ -84,6 +84,7 @@ class EntryKernels:
   workspace: Workspace | None = None
   launches: tuple[Any, ...] | None = None
   unused: tuple[Any, ...] = ()  # the PARAMs and DEFINE_VARs the entry declares and never reads: arguments still
+  shapes: tuple[tuple[int, tuple[int, ...]], ...] = ()  # (slot, shape) a func entry declares for its buffers
 
 
 @dataclass(frozen=True)
@@ -172,6 +173,9 @@ def entry_args(entry: EntryKernels) -> list[EntryArg]:
   for u in entry.unused:
     a = _declared_arg(u)
     merged.setdefault((a.kind, a.key), a)
+  declared = dict(entry.shapes)
+  for key, a in merged.items():  # a tensor program's buffers: the shape it declares, not the flat pointer its kernels see
+    if a.kind == "buffer" and a.key in declared: merged[key] = replace(a, shape=declared[a.key])
   ordered = sorted((a for a in merged.values() if a.kind == "buffer"), key=lambda a: a.key) + \
             sorted((a for a in merged.values() if a.kind == "var"), key=lambda a: a.key)
   return _name_arguments(ordered)

@@ -150,7 +150,8 @@ def compile_module(module: Module, target: str, lib_name: str, opts: PrintOption
   kernel_stages = [s for s in stages if s.name not in TENSOR_STAGES]
   prefix = c_identifier(lib_name)
   opts = replace(opts, names=module.names)
-  entries = [replace(_compile_tensor_entry(stages, _with_unused_params(e), prefix, e.name, opts), unused=e.unused) if e.kind == "func"
+  entries = [replace(_compile_tensor_entry(stages, _with_unused_params(e), prefix, e.name, opts), unused=e.unused,
+                     shapes=_declared_shapes(e)) if e.kind == "func"
              else EntryKernels(e.name, (run_kernel_stages(kernel_stages, e.sink, kernel_name(prefix, e.name, 0), opts),), unused=e.unused)
              for e in module.entries]
   _check_scheduled(schedule or {}, [k.name for e in entries for k in e.kernels])
@@ -162,6 +163,15 @@ def _with_unused_params(e: Entry) -> UOp:
   take the slots after every declared one) and no kernel."""
   unused = tuple(u for u in e.unused if u.op is Ops.PARAM)
   return e.sink.replace(src=e.sink.src + unused) if unused else e.sink
+
+
+def _declared_shapes(e: Entry) -> tuple[tuple[int, tuple[int, ...]], ...]:
+  """(slot, shape) of the entry's own PARAMs (not the formals of a FUNCTION or CALL body) whose shape is
+  known at compile time: the launcher's metadata states them."""
+  def outer(u: UOp) -> tuple[UOp, ...]: return u.src[1:] if u.op in (Ops.FUNCTION, Ops.CALL) else u.src
+  params = [u for u in e.sink.toposort(outer) if u.op is Ops.PARAM and u.src] + [u for u in e.unused if u.op is Ops.PARAM and u.src]
+  shapes = {p.arg[0]: p.shape for p in params}
+  return tuple(sorted((slot, shape) for slot, shape in shapes.items() if shape is not None and all(isinstance(d, int) for d in shape)))
 
 
 def _check_scheduled(schedule: Mapping[str, tuple], kernels: list[str]) -> None:
