@@ -26,12 +26,14 @@ test: setup
 test-gpu: setup
 	$(PY) -m pytest -q -m gpu
 
-# CPU benchmark: uopc -t c next to numpy and tinygrad's CPU backend (tests/bench/RESULTS.md).
+# CPU benchmark: uopc -t c next to numpy and tinygrad's CPU backend, then the real-model programs of
+# samples/models next to tinygrad (tests/bench/RESULTS.md).
 # BENCH_ARGS passes options through, e.g. BENCH_ARGS="--filter gemm --build-arg=-O2".
 BENCH_ARGS ?=
 bench: $(VENV)/.bench-installed
 	sh tests/bench/install_clang.sh
 	$(PY) tests/bench/bench_cpu.py $(BENCH_ARGS)
+	$(PY) tests/bench/bench_models.py
 
 # Without network the install fails, no stamp is made (it is tried again next time) and the
 # benchmark still runs with its tinygrad column n/a.
