@@ -9,7 +9,7 @@ after warm-up. uopc's call is the entry function of the built library (its kerne
 threads, with its workspace allocated once); tinygrad's is the TinyJit replay plus a device
 synchronize (its kernels, and the Python of the replay loop: a few microseconds per kernel).
 
-  python tests/bench/bench_models.py [--filter NAME ...] [--cpu native] [--budget SECONDS]
+  python tests/bench/bench_models.py [--filter NAME ...] [--cpu portable] [--budget SECONDS]
 """
 from __future__ import annotations
 
@@ -102,7 +102,7 @@ def check(name: str, got: np.ndarray, want: np.ndarray) -> str:
 def main(argv: list[str]) -> int:
   ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
   ap.add_argument("--filter", nargs="*", default=[], help="run only programs whose name contains one of these")
-  ap.add_argument("--cpu", default="portable", help="uopc build --cpu (portable, native, x86-64-v3, ...)")
+  ap.add_argument("--cpu", default="native", help="uopc build --cpu (default native, as tinygrad compiles with -march=native; portable, x86-64-v3, ...)")
   ap.add_argument("--budget", type=float, default=1.0, help="seconds of timed calls per cell (default 1)")
   args = ap.parse_args(argv)
   from programs import programs
