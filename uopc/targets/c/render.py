@@ -518,6 +518,7 @@ class _Renderer:
                Ops.XOR: "({0}^{1})"}
       if op in forms: return forms[op].format(*xs)
       return f"({xs[0]}^{one})" if op is Ops.NOT else None
+    if st is dtypes.float16: return self._half_vector(u, xs)
     if st in (dtypes.float32, dtypes.float64):
       forms = {Ops.ADD: "({0}+{1})", Ops.SUB: "({0}-{1})", Ops.MUL: "({0}*{1})", Ops.DIV: "({0}/{1})", Ops.NEG: "(-{0})",
                Ops.MULACC: "(({0}*{1})+{2})"}
@@ -538,6 +539,18 @@ class _Renderer:
       if op is Ops.MAX: return _select(f"({xs[0]}>{xs[1]})", xs[0], xs[1], dt)
     return None
 
+  def _half_vector(self, u: UOp, xs: list[str]) -> str | None:
+    """float16 arithmetic whole: operands widened to float32 vectors, the float op, one rounding back. A
+    float32 op on float16 values then one rounding equals the scalar rule's (float arithmetic, then a
+    rounding to 16 bits): float's 24 bits are at least 2*11+2, so the two roundings of +, -, *, / never
+    differ from one."""
+    n = _lanes(u.dtype.count)
+    if not all(s.dtype.scalar is dtypes.float16 for s in u.src): return None
+    forms = {Ops.ADD: "({0}+{1})", Ops.SUB: "({0}-{1})", Ops.MUL: "({0}*{1})", Ops.DIV: "({0}/{1})", Ops.NEG: "(-{0})"}
+    if u.op not in forms: return None
+    wide = [f"uopc_half_to_float_x{n}({x})" for x in xs]
+    return f"uopc_float_to_half_x{n}({forms[u.op].format(*wide)})"
+
   def _mask(self, u: UOp) -> tuple[str, str] | None:
     """(C type, expression) of comparison u as a -1/0 integer mask of its operands' lane width, when every
     user is a WHERE selecting values of that width by it (no 0/1 bool vector is made then), else None."""
@@ -554,6 +567,11 @@ class _Renderer:
 
   def _vector_cast(self, src: DType, dst: DType, x: str) -> str | None:
     if src == dst: return x
+    n = _lanes(dst.count)
+    if src.scalar is dtypes.float16 and dst.scalar in (dtypes.float32, dtypes.float64):  # widening is exact
+      wide = f"uopc_half_to_float_x{n}({x})"
+      return wide if dst.scalar is dtypes.float32 else f"__builtin_convertvector({wide}, {ctype(dst)})"
+    if src.scalar is dtypes.float32 and dst.scalar is dtypes.float16: return f"uopc_float_to_half_x{n}({x})"
     if _is_half(src.scalar) or _is_half(dst.scalar): return None
     if dst.scalar is dtypes.bool: return f"__builtin_convertvector(-({x}!=0), {ctype(dst)})"
     # float to int: only to int32, where vector and scalar conversions are the same instruction family and agree
