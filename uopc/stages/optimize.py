@@ -847,11 +847,13 @@ def _register_tile(plan: _Planner, inner: int | None) -> None:
   if lanes: others = [i + (i > inner) for i in others]
   if plan.axes(AxisType.REDUCE):
     # the tile's other axis: one whose loads are not gated (a convolution's output channels, not its
-    # rows, whose border-gated loads would be gathered lane by lane), as many lanes as fill the budget
-    ungated = [i for i in others if not _in_gated_load(plan, i)]
-    other = (ungated or others or [None])[-1]
+    # rows, whose border-gated loads would be gathered lane by lane), as many lanes as fill the budget,
     gated = any(u.op is Ops.LOAD and len(u.src) == 3 for u in _memory_ops(plan.sink))
     rows = [k for k in CPU_TILE_ROWS if k * lanes <= CPU_TILE_REGISTERS * plan.caps.vector_width] if lanes else CPU_TILE_ROWS[-3:]
+    # the last such axis that a tile size divides (pooling's 27 rows do not: its 64 channels do)
+    ungated = [i for i in others if not _in_gated_load(plan, i)]
+    tileable = [i for i in ungated if any(plan.size(i) % k == 0 for k in rows)]
+    other = (tileable or ungated or others or [None])[-1]
     if other is not None and plan.split_by_first(other, rows, AxisType.UPCAST) and inner is not None:
       inner += inner > other
     if selecting := [i for i in plan.axes(AxisType.REDUCE) if _selects(plan, i)]:  # their unrolled selections are code enough
@@ -860,7 +862,7 @@ def _register_tile(plan: _Planner, inner: int | None) -> None:
       r = plan.axes(AxisType.REDUCE)[-1]
       short = isinstance(plan.size(r), int) and plan.size(r) <= 8
       plan.split_by_first(r, (plan.size(r),) if short else (2,), AxisType.UNROLL)
-    if inner is not None and other is not None and other < inner and not gated: plan.apply(Opt(OptOp.SWAP, other, inner))
+    if lanes and other is not None and other < inner and not gated: plan.apply(Opt(OptOp.SWAP, other, inner))
 
 
 def _thread_tasks(plan: _Planner, work: int) -> None:
