@@ -40,9 +40,16 @@ bench: $(VENV)/.bench-installed
 $(VENV)/.bench-installed: $(VENV)/.installed
 	$(PY) -m pip install -q -e '.[bench]' && rm -rf build uopc.egg-info && touch $@ || echo "make bench: could not install tinygrad; its column will say n/a" >&2
 
-# The differential test with many more random programs than CI runs, from fresh seeds;
-# UOPC_FUZZ_SEED=N replays the batches of base seed N.
+# Fuzzing at length (tests run each part briefly): the coverage-guided fuzzer (atheris) on the parser and
+# verifier (FUZZ_RUNS inputs) and through the pipeline up to Render (a tenth of them), random names through
+# every target, then the differential test with many more random programs than CI runs, from fresh seeds;
+# UOPC_FUZZ_SEED=N replays the batches of base seed N. The corpus and any crash land in build/fuzz/.
+FUZZ_RUNS ?= 100000
 fuzz: setup
+	rm -rf build/fuzz && mkdir -p build/fuzz/corpus build/fuzz/crashes && cp samples/*.uop build/fuzz/corpus/
+	$(PY) tests/fuzz_uop.py -runs=$(FUZZ_RUNS) -max_len=4096 -artifact_prefix=build/fuzz/crashes/ build/fuzz/corpus
+	$(PY) tests/fuzz_uop.py --pipeline -runs=$$(( $(FUZZ_RUNS) / 10 )) -max_len=4096 -artifact_prefix=build/fuzz/crashes/ build/fuzz/corpus
+	UOPC_NAME_FUZZ_EXAMPLES=200 $(PY) -m pytest -q tests/test_hostile_names.py -k random_names
 	UOPC_FUZZ_BATCHES=$${UOPC_FUZZ_BATCHES:-200} UOPC_FUZZ_SEED=$${UOPC_FUZZ_SEED:-random} $(PY) -m pytest -q -n $(JOBS) tests/test_differential.py
 
 clean:

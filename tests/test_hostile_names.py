@@ -6,14 +6,19 @@ program calls the entry through its header, and no name appears as written outsi
 from __future__ import annotations
 
 import ctypes
+import os
 import subprocess
 
 import numpy as np
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 from test_amd_codeobj import LLVM_MC, needs_llvm_mc
 from test_metal import metal_syntax_errors, needs_clang
 from uopc.driver import BuildOptions, build
+from uopc.frontend import format_arg
+from uopc.run import _EntryInfo
 
 # as the .uop string literal writes them (the front end decodes the escapes)
 HOSTILE = ['o*/ system(\\"id\\"); /*', "back\\\\slash", "new\\nline", "#define x 1", "%1 = add", "nul\\x00byte",
@@ -22,11 +27,12 @@ HOSTILE = ['o*/ system(\\"id\\"); /*', "back\\\\slash", "new\\nline", "#define x
 DECODED = [h.encode().decode("unicode_escape") if "\\" in h else h for h in HOSTILE]
 
 
-def program() -> str:
-  lines = [f'  %p{i} = PARAM([4]) {{({i}, "{n}")}} : f32' for i, n in enumerate(HOSTILE)]
-  lines += [f'  %out = PARAM([4]) {{({len(HOSTILE)}, "out")}} : f32', '  %n = DEFINE_VAR {("it\'s \\"n\\"", 1, 8)} : index']
+def program(literals: list[str] = tuple(f'"{h}"' for h in HOSTILE)) -> str:
+  """PARAMs named by the string literals, summed into `out`, and a DEFINE_VAR with quotes in its name."""
+  lines = [f'  %p{i} = PARAM([4]) {{({i}, {n})}} : f32' for i, n in enumerate(literals)]
+  lines += [f'  %out = PARAM([4]) {{({len(literals)}, "out")}} : f32', '  %n = DEFINE_VAR {("it\'s \\"n\\"", 1, 8)} : index']
   total = "%p0"
-  for i in range(1, len(HOSTILE)):
+  for i in range(1, len(literals)):
     lines.append(f"  %s{i} = ADD({total}, %p{i})")
     total = f"%s{i}"
   return "func dead {\n" + "\n".join(lines + [f"  STORE(%out, {total})"]) + "\n}\n"
@@ -91,3 +97,43 @@ def test_metal_source_and_launcher(tmp_path):
   build(tmp_path / "dead.uop", BuildOptions("metal", out))
   assert metal_syntax_errors((out / "dead.metal").read_text()) == ""
   _no_name_as_written(_text_artifacts(out))
+
+
+# ---- random names (make fuzz runs many more: UOPC_NAME_FUZZ_EXAMPLES) ---------------------------------------
+NAME_EXAMPLES = int(os.environ.get("UOPC_NAME_FUZZ_EXAMPLES", "3"))
+ANY_CHAR = st.characters(min_codepoint=0, max_codepoint=0x10FFFF, blacklist_categories=("Cs",))  # every code point a str holds
+NAMES = st.lists(st.text(ANY_CHAR, min_size=1, max_size=24) | st.sampled_from(["int", "stream", "x", "UOPC_OK", "dead_dead"]),
+                 min_size=1, max_size=6, unique=True).filter(lambda ns: "out" not in ns)  # an entry's names are distinct
+
+
+def _build_every_target(path, out_root) -> None:
+  for target, extra in (("c", {}), ("llvm", {}), ("cuda", {}), ("metal", {})):
+    out = out_root / target
+    build(path, BuildOptions(target, out, **extra))
+    if target == "metal": assert metal_syntax_errors((out / "dead.metal").read_text()) == ""
+  if LLVM_MC.path:
+    out = out_root / "amd"
+    build(path, BuildOptions("amd", out, archs=("gfx90a",)))
+    done = subprocess.run([LLVM_MC.path, "-triple=amdgcn-amd-amdhsa", "-mcpu=gfx90a", "-filetype=obj", "-o", str(out / "k.o"),
+                           str(out / "dead.gfx90a.s")], capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr[:2000]
+
+
+@needs_clang
+@settings(max_examples=NAME_EXAMPLES, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow])
+@given(names=NAMES)
+def test_random_names_build_with_every_target_and_run(tmp_path, names):
+  """Any names at all (the printer's string literal spells them): every target builds, every artifact
+  passes its tool, and the C library runs with the metadata naming each argument as written."""
+  root = tmp_path / f"ex{len(list(tmp_path.iterdir()))}"
+  root.mkdir()
+  (root / "dead.uop").write_text(program([format_arg(n) for n in names]))
+  _build_every_target(root / "dead.uop", root)
+  lib = ctypes.CDLL(str(root / "c" / "libdead.so"))
+  bufs = [np.full(4, i + 1, np.float32) for i in range(len(names))] + [np.zeros(4, np.float32)]
+  assert lib.dead_dead(*(ctypes.c_void_p(b.ctypes.data) for b in bufs), ctypes.c_int64(2)) == 0
+  assert bufs[-1].tolist() == [float(sum(range(1, len(names) + 1)))] * 4
+  info = lib.dead_entry_info
+  info.restype = ctypes.POINTER(_EntryInfo)
+  entry = info(0).contents
+  assert [entry.args[i].name.decode("utf-8", "surrogateescape") for i in range(len(names))] == [n.split("\0")[0] for n in names]

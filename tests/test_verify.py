@@ -22,7 +22,7 @@ f32, f16, i32, i64, u8, u64, idx, b, void = (dtypes.float32, dtypes.float16, dty
 def c(v, dt=i32): return UOp.const(dt, v)
 def shape(*dims): return UOp.shape_of(dims)
 def u(op, dt=void, *src, arg=None): return UOp(op, dt, tuple(src), arg)
-def tensor(*dims, dt=f32, slot=0, name="a"): return UOp(Ops.PARAM, dt, (shape(*dims),), (slot, name))
+def tensor(*dims, dt=f32, slot=0, name=None): return UOp(Ops.PARAM, dt, (shape(*dims),), (slot, name or ("a" if slot == 0 else f"a{slot}")))
 def ptr(dt=f32, slot=0): return UOp(Ops.PARAM, dt.ptr(), (), (slot, f"d{slot}"))
 def rng(n=16, axis=0): return UOp(Ops.RANGE, idx, (c(n, idx),), (axis, AxisType.LOOP))
 def at(p, i, dt=f32): return UOp(Ops.INDEX, p.dtype, (p, i))
@@ -463,3 +463,11 @@ def test_a_malformed_operand_is_reported_once(inner):
 def test_garbage_never_crashes_the_verifier(sink, kind):
   diags = verify_uops(sink, kind=kind)
   assert all(isinstance(d.message, str) and d.message for d in diags)
+
+
+def test_two_params_of_one_entry_cannot_share_a_name():
+  """The library's metadata looks arguments up by name: a second PARAM named like another is a located error."""
+  from uopc.frontend import parse_source
+  m = parse_source('func f {\n  %a = PARAM([4]) {(0, "x")} : f32\n  %b = PARAM([4]) {(1, "x")} : f32\n  STORE(%b, %a)\n}\n', "dup.uop")
+  (d,) = verify_module(m)
+  assert d.loc.line == 3 and "PARAM slot 1 is named 'x' like slot 0" in d.message

@@ -601,12 +601,18 @@ def _scopes(root: UOp) -> list[list[UOp]]:
 
 
 def _unique_slots(scope: list[UOp]) -> Iterator[tuple[UOp, str]]:
-  # a slot numbers one argument of an entry (or of a FUNCTION/CALL body): two PARAMs (or two BUFFERs) cannot share it
+  # a slot numbers one argument of an entry (or of a FUNCTION/CALL body): two PARAMs (or two BUFFERs) cannot
+  # share it; nor a name, which the library's metadata looks arguments up by
   first: dict[tuple, UOp] = {}
   for x in scope:
     if x.op not in GroupOp.Buffers or (k := _slot(x)) is None: continue
     if (x.op, k) in first: yield x, f"{x.op.name} slot {k} of '{_name(x)}' is already used by '{_name(first[(x.op, k)])}'"
     else: first[(x.op, k)] = x
+  named: dict[str, int] = {}
+  for (op, k), x in sorted(first.items(), key=lambda kv: kv[0][1]):
+    if op is not Ops.PARAM or not (isinstance(x.arg, tuple) and len(x.arg) > 1 and isinstance(x.arg[1], str)): continue
+    if (slot := named.setdefault(x.arg[1], k)) != k:
+      yield x, f"PARAM slot {k} is named '{_name(x)}' like slot {slot}: an entry's arguments have distinct names"
 
 
 def _single_end(nodes: list[UOp]) -> Iterator[tuple[UOp, str]]:
