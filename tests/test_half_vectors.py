@@ -8,6 +8,7 @@ import ctypes
 import io
 import os
 
+import ml_dtypes
 import numpy as np
 import pytest
 
@@ -20,16 +21,16 @@ LIB = "hv"
 R, C = 37, 53  # no vector width divides either: every build has whole vectors and tails
 
 
-def half_ops() -> Func:
-  f = Func("half_ops")
-  x, y = f.param("x", (R, C), "f16"), f.param("y", (R, C), "f16")
-  outs = {name: f.param(name, (R, C), "f16", out=True) for name in ("add", "sub", "mul", "div", "neg")}
+def half_ops(dt: str = "f16") -> Func:
+  f = Func(f"{dt}_ops")
+  x, y = f.param("x", (R, C), dt), f.param("y", (R, C), dt)
+  outs = {name: f.param(name, (R, C), dt, out=True) for name in ("add", "sub", "mul", "div", "neg")}
   wide = f.param("wide", (R, C), "f32", out=True)
-  narrow = f.param("narrow", (R, C), "f16", out=True)
+  narrow = f.param("narrow", (R, C), dt, out=True)
   for name, op in (("add", "ADD"), ("sub", "SUB"), ("mul", "MUL"), ("div", "DIV")): f.store(outs[name], f.op(op, x, y))
   f.store(outs["neg"], f.op("NEG", x))
   f.store(wide, f.op("MUL", f.cast(x, "f32"), f.cast(y, "f32")))
-  f.store(narrow, f.cast(f.op("MUL", f.cast(x, "f32"), f.const(1.75)), "f16"))
+  f.store(narrow, f.cast(f.op("MUL", f.cast(x, "f32"), f.const(1.75)), dt))
   return f
 
 
@@ -43,11 +44,13 @@ def half_matmul(m: int, k: int, n: int) -> Func:
   return f
 
 
-def special_halves(rng, shape) -> np.ndarray:
-  with np.errstate(over="ignore"):  # some products overflow to infinity in float16: wanted
-    x = (rng.standard_normal(shape) * rng.choice([1e-6, 1e-3, 1, 300, 6e4], shape)).astype(np.float16)
+def special_halves(rng, shape, dt=np.float16) -> np.ndarray:
+  big = 6e4 if dt is np.float16 else 3e38
+  with np.errstate(over="ignore"):  # some products overflow to infinity: wanted
+    x = (rng.standard_normal(shape) * rng.choice([1e-6, 1e-3, 1, 300, big], shape)).astype(dt)
   flat = x.reshape(-1)
-  specials = np.array([np.inf, -np.inf, np.nan, 0.0, -0.0, 6e-8, -6e-8, 65504, -65504, 1e-7], np.float16)
+  tiny, top = (6e-8, 65504) if dt is np.float16 else (1e-40, 3.38e38)
+  specials = np.array([np.inf, -np.inf, np.nan, 0.0, -0.0, tiny, -tiny, top, -top, tiny * 2], np.float64).astype(dt)
   flat[rng.choice(flat.size, 60, replace=False)] = rng.choice(specials, 60)
   return x
 
@@ -59,7 +62,7 @@ def build_and_call(tmp_path, f: Func, inputs: dict, cpu: str, cc: str) -> dict[s
   build(tmp_path / f"{tag}.uop", BuildOptions("c", out_dir, name=LIB, print_out=io.StringIO(), cpu=cpu,
                                               env={**os.environ, "CC": cc, "CFLAGS": "-Wall -Wextra -Werror"}))
   lib = ctypes.CDLL(str(out_dir / f"lib{LIB}.so"))
-  np_dt = {"f16": np.float16, "f32": np.float32}
+  np_dt = {"f16": np.float16, "bf16": ml_dtypes.bfloat16, "f32": np.float32}
   bufs = {name: (np.full(shape, np.nan, np_dt[dt]) if out else inputs[name].copy()) for name, shape, dt, out in f.args}
   assert getattr(lib, f"{LIB}_{f.name}")(*[bufs[name].ctypes.data_as(ctypes.c_void_p) for name, *_ in f.args]) == 0
   return {name: bufs[name] for name, _, _, out in f.args if out}
@@ -74,16 +77,18 @@ def assert_same_values(got: np.ndarray, want: np.ndarray, what: str) -> None:
   assert not mismatch.any(), f"{what}: {mismatch.sum()} lanes differ, e.g. got {got[mismatch][:4]} want {want[mismatch][:4]}"
 
 
+@pytest.mark.parametrize("dt", ["f16", "bf16"])
 @pytest.mark.parametrize("cc", [c for c in ("gcc", "clang") if have(c)])
 @pytest.mark.parametrize("cpu", ["portable", *RUNNABLE])
-def test_half_arithmetic_is_numpys_on_every_cpu_level(tmp_path, cpu, cc):
+def test_half_arithmetic_is_numpys_on_every_cpu_level(tmp_path, cpu, cc, dt):
   rng = np.random.default_rng(5)
-  x, y = special_halves(rng, (R, C)), special_halves(rng, (R, C))
-  got = build_and_call(tmp_path, half_ops(), {"x": x, "y": y}, cpu, cc)
+  npdt = {"f16": np.float16, "bf16": ml_dtypes.bfloat16}[dt]
+  x, y = special_halves(rng, (R, C), npdt), special_halves(rng, (R, C), npdt)
+  got = build_and_call(tmp_path, half_ops(dt), {"x": x, "y": y}, cpu, cc)
   with np.errstate(all="ignore"):
     want = {"add": x + y, "sub": x - y, "mul": x * y, "div": x / y, "neg": -x,
             "wide": x.astype(np.float32) * y.astype(np.float32),
-            "narrow": (x.astype(np.float32) * np.float32(1.75)).astype(np.float16)}
+            "narrow": (x.astype(np.float32) * np.float32(1.75)).astype(npdt)}
   for name, w in want.items(): assert_same_values(got[name], w, f"{name} ({cpu}, {cc})")
 
 

@@ -189,6 +189,14 @@ def _half_vector_helpers() -> str:
                f"  for (int i = 0; i < {n}; i++) (*r)[i] = uopc_double_to_half((*v)[i]);\n}}")
     out.append(f"#define uopc_half_to_float_x{n}(x) __extension__ ({{ {h} uopc_hv_ = (x); {f} uopc_fv_; uopc_h2f_x{n}(&uopc_fv_, &uopc_hv_); uopc_fv_; }})")
     out.append(f"#define uopc_float_to_half_x{n}(x) __extension__ ({{ {f} uopc_fv_ = (x); {h} uopc_hv_; uopc_f2h_x{n}(&uopc_hv_, &uopc_fv_); uopc_hv_; }})")
+  for n in VECTOR_LANES:  # bfloat16: the upper half of a float, rounded to nearest even in integer lanes
+    b, f = vector_type_name(dtypes.bfloat16, n), vector_type_name(dtypes.float32, n)
+    u, i = vector_type_name(dtypes.uint32, n), vector_type_name(dtypes.int32, n)
+    out.append(f"#define uopc_bfloat16_to_float_x{n}(x) __extension__ ({{ {b} uopc_bv_ = (x); ({f})(__builtin_convertvector(uopc_bv_, {u}) << 16); }})")
+    out.append(f"#define uopc_float_to_bfloat16_x{n}(x) __extension__ ({{ {u} uopc_u_ = ({u})(x); "
+               f"{u} uopc_nan_ = ({u})({i})((uopc_u_ & 0x7FFFFFFFu) > 0x7F800000u); "
+               f"{u} uopc_r_ = ((uopc_u_ + 0x7FFFu + ((uopc_u_ >> 16) & 1u)) >> 16 & ~uopc_nan_) | (((uopc_u_ >> 16) | 0x40u) & uopc_nan_); "
+               f"__builtin_convertvector(uopc_r_, {b}); }})")
   return "\n".join(out)
 
 

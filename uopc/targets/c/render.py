@@ -518,7 +518,7 @@ class _Renderer:
                Ops.XOR: "({0}^{1})"}
       if op in forms: return forms[op].format(*xs)
       return f"({xs[0]}^{one})" if op is Ops.NOT else None
-    if st is dtypes.float16: return self._half_vector(u, xs)
+    if _is_half(st): return self._half_vector(u, xs)
     if st in (dtypes.float32, dtypes.float64):
       forms = {Ops.ADD: "({0}+{1})", Ops.SUB: "({0}-{1})", Ops.MUL: "({0}*{1})", Ops.DIV: "({0}/{1})", Ops.NEG: "(-{0})",
                Ops.MULACC: "(({0}*{1})+{2})"}
@@ -540,16 +540,17 @@ class _Renderer:
     return None
 
   def _half_vector(self, u: UOp, xs: list[str]) -> str | None:
-    """float16 arithmetic whole: operands widened to float32 vectors, the float op, one rounding back. A
-    float32 op on float16 values then one rounding equals the scalar rule's (float arithmetic, then a
-    rounding to 16 bits): float's 24 bits are at least 2*11+2, so the two roundings of +, -, *, / never
-    differ from one."""
-    n = _lanes(u.dtype.count)
-    if not all(s.dtype.scalar is dtypes.float16 for s in u.src): return None
+    """float16/bfloat16 arithmetic whole: operands widened to float32 vectors, the float op, one rounding
+    back. A float32 op on 16-bit values then one rounding equals the scalar rule's (float arithmetic, then a
+    rounding to 16 bits): float's 24 bits are at least 2p+2 (p = 11, or 8 for bfloat16), so the two
+    roundings of +, -, *, / never differ from one."""
+    n, st = _lanes(u.dtype.count), u.dtype.scalar
+    if not all(s.dtype.scalar is st for s in u.src): return None
     forms = {Ops.ADD: "({0}+{1})", Ops.SUB: "({0}-{1})", Ops.MUL: "({0}*{1})", Ops.DIV: "({0}/{1})", Ops.NEG: "(-{0})"}
     if u.op not in forms: return None
-    wide = [f"uopc_half_to_float_x{n}({x})" for x in xs]
-    return f"uopc_float_to_half_x{n}({forms[u.op].format(*wide)})"
+    name = _HALF_NAMES[st]
+    wide = [f"uopc_{name}_to_float_x{n}({x})" for x in xs]
+    return f"uopc_float_to_{name}_x{n}({forms[u.op].format(*wide)})"
 
   def _mask(self, u: UOp) -> tuple[str, str] | None:
     """(C type, expression) of comparison u as a -1/0 integer mask of its operands' lane width, when every
@@ -568,10 +569,10 @@ class _Renderer:
   def _vector_cast(self, src: DType, dst: DType, x: str) -> str | None:
     if src == dst: return x
     n = _lanes(dst.count)
-    if src.scalar is dtypes.float16 and dst.scalar in (dtypes.float32, dtypes.float64):  # widening is exact
-      wide = f"uopc_half_to_float_x{n}({x})"
+    if _is_half(src.scalar) and dst.scalar in (dtypes.float32, dtypes.float64):  # widening is exact
+      wide = f"uopc_{_HALF_NAMES[src.scalar]}_to_float_x{n}({x})"
       return wide if dst.scalar is dtypes.float32 else f"__builtin_convertvector({wide}, {ctype(dst)})"
-    if src.scalar is dtypes.float32 and dst.scalar is dtypes.float16: return f"uopc_float_to_half_x{n}({x})"
+    if src.scalar is dtypes.float32 and _is_half(dst.scalar): return f"uopc_float_to_{_HALF_NAMES[dst.scalar]}_x{n}({x})"
     if _is_half(src.scalar) or _is_half(dst.scalar): return None
     if dst.scalar is dtypes.bool: return f"__builtin_convertvector(-({x}!=0), {ctype(dst)})"
     # float to int: only to int32, where vector and scalar conversions are the same instruction family and agree
