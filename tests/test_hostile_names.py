@@ -23,7 +23,7 @@ from uopc.run import _EntryInfo
 # as the .uop string literal writes them (the front end decodes the escapes)
 HOSTILE = ['o*/ system(\\"id\\"); /*', "back\\\\slash", "new\\nline", "#define x 1", "%1 = add", "nul\\x00byte",
            "\u00e9t\u00e9 \u6f22", "int", "stream", "queue", "workspace", "status", "dead_dead", "UOPC_OK", "int64_t",
-           "y", "a" * 10_000]
+           "y", "TRUE", "a" * 10_000]
 DECODED = [h.encode().decode("unicode_escape") if "\\" in h else h for h in HOSTILE]
 
 

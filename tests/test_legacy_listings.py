@@ -86,3 +86,13 @@ def test_legacy_float_arithmetic_with_an_index_is_not_unified():
   listing = ("0 UOps.DEFINE_GLOBAL : ptr.dtypes.float [] (0, 'd', True)\n1 UOps.SPECIAL : dtypes.int [] (0, 'gidx0', 4)\n"
              "2 UOps.CONST : dtypes.float [] 1.5\n3 UOps.ALU : dtypes.float [1, 2] BinaryOps.ADD\n4 UOps.STORE : [0, 1, 3] None\n")
   assert _verify_messages(listing) == ["ADD operands have different dtypes: index and f32"]
+
+
+def test_a_loop_bound_without_a_value_is_a_located_error():
+  """Found by tests/fuzz_uop.py: a legacy CONST with no value as a LOOP bound raised a TypeError."""
+  from uopc.diagnostics import CompileError
+  from uopc.frontend import parse_source
+  text = "0 UOps.CONST : dtypes.int []\n1 UOps.CONST : dtypes.int [] 10\n2 UOps.LOOP : dtypes.int [0, 1] None\n3 UOps.ENDLOOP : [2] None\n"
+  with pytest.raises(CompileError) as e:
+    parse_source(text, "loop.uop")
+  assert "loop.uop:3:1: error: LOOP's start must be an integer, got CONST None" in e.value.format()

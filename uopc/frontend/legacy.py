@@ -189,6 +189,9 @@ def loop(b, srcs, arg, dtype, loc):
   """LOOP(start, end) -> RANGE(end - start); a nonzero start is added back for the loop's users."""
   if len(srcs) != 2: return None
   start, end = (_as_index(b, s, loc) for s in srcs)
+  for which, s in (("start", start), ("end", end)):
+    if s.op is Ops.CONST and (not isinstance(s.arg, int) or isinstance(s.arg, bool)):
+      _fail(loc, f"LOOP's {which} must be an integer, got CONST {s.arg!r}")
   if start.op is Ops.CONST and end.op is Ops.CONST: bound = b.uop(Ops.CONST, (), end.arg - start.arg, dtypes.index, loc)
   else: bound = b.uop(Ops.SUB, (end, start), None, None, loc)
   rng = b.uop(Ops.RANGE, (bound,), arg, dtypes.index, loc)

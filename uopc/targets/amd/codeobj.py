@@ -68,7 +68,8 @@ def tag_metadata_names(asm: str) -> str:
   text unless tagged. The object's metadata (msgpack) is typed already."""
   def tag(m: re.Match) -> str:
     name = m.group(2)
-    if name.lower() in _YAML_WORDS or _YAML_NUMBER.match(name): return f"{m.group(1)}!str {name}"
+    text = name[1:-1] if len(name) >= 2 and name[0] == name[-1] and name[0] in "'\"" else name  # LLVM quotes some ('True')
+    if text.lower() in _YAML_WORDS or _YAML_NUMBER.match(text): return f"{m.group(1)}!str {name}"
     return m.group(0)
   start, end = asm.find(".amdgpu_metadata"), asm.find(".end_amdgpu_metadata")
   return asm if start < 0 else asm[:start] + _METADATA_NAME.sub(tag, asm[start:end]) + asm[end:]
