@@ -56,3 +56,16 @@ def test_gpt2_app_runs_the_block_from_its_library_and_matches_tinygrad(tmp_path)
                       f"PY={sys.executable}"], capture_output=True, text=True)
   assert r.returncode == 0, r.stdout + r.stderr
   assert "ok: matches tinygrad" in r.stdout and "7137024 parameters" in r.stdout
+
+
+def test_every_model_builds_for_every_gpu_target_in_one_module(tmp_path):
+  """uopc.export_module puts every program in one file; the GPU targets build it (ptxas checks the PTX,
+  ld.lld links the AMD code object when there is one, clang checks the Metal source where it can)."""
+  from test_metal import CLANGXX, metal_syntax_errors
+  from uopc.driver import BuildOptions, build
+  path = tmp_path / "models.uop"
+  path.write_text(uopc.export_module([(p.fn, p.examples(), p.name) for p in SMALL]))
+  assert path.read_text().count("\nfunc ") + path.read_text().startswith("func ") == len(SMALL)
+  for target, extra in (("cuda", {}), ("amd", {"archs": ("gfx90a",)}), ("metal", {})):
+    build(path, BuildOptions(target, tmp_path / target, **extra))
+  if CLANGXX: assert metal_syntax_errors((tmp_path / "metal" / "models.metal").read_text()) == ""
