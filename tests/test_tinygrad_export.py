@@ -225,3 +225,15 @@ def test_a_variable_size_is_a_define_var(tmp_path):
       got = run_file(path, target=target, inputs={"x": x}, variables={"n": size}).arrays
       assert_match(got["out0"], (x * 2).sum(1), what=target)
       assert_match(got["out1"], x.reshape(-1) + 1, what=target)
+
+
+def test_cli_export_with_a_symbolic_size(tmp_path):
+  (tmp_path / "model.py").write_text(MODEL_PY)
+  r = uopc_cli("export", "model.py:block", "-i", "x=Nx3", "-i", "w=3x4", "--var", "N=1..64", "-o", "b.uop", cwd=tmp_path)
+  assert r.returncode == 0, r.stderr
+  assert '%N = DEFINE_VAR {("N", 1, 64)}' in (tmp_path / "b.uop").read_text()
+  x, w = f32(5, 3), f32(3, 4)
+  got = run_file(tmp_path / "b.uop", target="c", inputs={"x": x, "w": w}, variables={"N": 5}).arrays["out"]
+  assert_match(got, np.maximum(x @ w, 0).sum(1))
+  r = uopc_cli("export", "model.py:block", "-i", "x=Nx3", "-i", "w=3x4", cwd=tmp_path)
+  assert r.returncode == 1 and "give its range with --var N=LO..HI" in r.stderr

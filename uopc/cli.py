@@ -258,8 +258,10 @@ def run(file, entry, target, inputs, variables, seed, outputs, emulate):
 @click.option("-o", "--output", type=click.Path(dir_okay=False), help="Write the .uop here (atomically) instead of to stdout.")
 @click.option("--name", help="The entry's name (default: FUNCTION).")
 @click.option("--weights", metavar="NAME", help="A model object (or {name: Tensor} dict) in FILE whose state-dict names name the weight PARAMs.")
+@click.option("--var", "var_specs", multiple=True, metavar="NAME=LO..HI",
+              help="The range of a symbolic size used in --input (x=Nx768 --var N=1..128): a DEFINE_VAR of the entry.")
 @compiler_command
-def export_cmd(target, inputs, output, name, weights):
+def export_cmd(target, inputs, output, name, weights, var_specs):
   """Export a tinygrad function to a .uop file: FUNCTION in FILE.py is called once on empty tinygrad
   Tensors shaped by --input (nothing is computed; tinygrad records the graph) and its graph is written
   as one `func` entry. PARAM slots: the inputs in order, then the buffers the function reads that are
@@ -270,9 +272,10 @@ def export_cmd(target, inputs, output, name, weights):
   \b
   Example:
     uopc export model.py:block -i x=64x768 -o block.uop
+    uopc export model.py:block -i x=Tx768 --var T=1..1024 -o block.uop
   """
   from uopc.export_cli import export_file
-  text = export_file(target, list(inputs), name, weights)
+  text = export_file(target, list(inputs), name, weights, list(var_specs))
   if output: _write_atomic(Path(output), text)
   else: click.echo(text, nl=False)
 
