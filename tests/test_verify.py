@@ -23,6 +23,8 @@ def c(v, dt=i32): return UOp.const(dt, v)
 def shape(*dims): return UOp.shape_of(dims)
 def u(op, dt=void, *src, arg=None): return UOp(op, dt, tuple(src), arg)
 def tensor(*dims, dt=f32, slot=0, name="a"): return UOp(Ops.PARAM, dt, (shape(*dims),), (slot, name))
+DEVS = ("CPU:0", "CPU:1")
+def sharded(*dims, dt=f32, slot=0): return UOp(Ops.PARAM, dt, (shape(*dims),), (slot, "s", DEVS))
 def ptr(dt=f32, slot=0): return UOp(Ops.PARAM, dt.ptr(), (), (slot, f"d{slot}"))
 def rng(n=16, axis=0): return UOp(Ops.RANGE, idx, (c(n, idx),), (axis, AxisType.LOOP))
 def at(p, i, dt=f32): return UOp(Ops.INDEX, p.dtype, (p, i))
@@ -138,6 +140,12 @@ CASES = {
                "DETACH source is a STORE, which has no value"),
   Ops.MULTI: (lambda: u(Ops.MULTI, f32, tensor(4), tensor(4, slot=1), arg=0),
               lambda: u(Ops.MULTI, f32, tensor(4), tensor(4, slot=1), arg=3), "MULTI axis must be None or an axis"),
+  Ops.MSELECT: (lambda: u(Ops.MSELECT, f32, sharded(4), arg=1), lambda: u(Ops.MSELECT, f32, sharded(4), arg=2),
+                "MSELECT arg must be a device number below 2"),
+  Ops.ALLREDUCE: (lambda: u(Ops.ALLREDUCE, f32, sharded(4), arg=(Ops.ADD, DEVS)),
+                  lambda: u(Ops.ALLREDUCE, f32, sharded(4), arg=(Ops.SUB, DEVS)), "ALLREDUCE arg must be (ADD|MAX|MUL, device)"),
+  Ops.REPLICATED: (lambda: u(Ops.REPLICATED, f32, sharded(2, 4), arg=0),
+                   lambda: u(Ops.REPLICATED, f32, sharded(4, 4), arg=0), "needs one row per device on axis 0: 2 devices, size 4"),
   Ops.BARRIER: (lambda: u(Ops.BARRIER, void, store(ptr(), c(0, idx), c(1.0, f32))), lambda: u(Ops.BARRIER, f32), "BARRIER has no value"),
   Ops.INS: (lambda: u(Ops.INS, f32, c(1.0, f32), arg="v_mov_b32"), lambda: u(Ops.INS, f32, arg=None), "INS arg must name the instruction"),
   Ops.SPECIAL: (lambda: u(Ops.SPECIAL, idx, c(64, idx), arg="gidx0"), lambda: u(Ops.SPECIAL, idx, c(64, idx), arg="tid0"),
