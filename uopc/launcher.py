@@ -85,6 +85,7 @@ class EntryKernels:
   launches: tuple[Any, ...] | None = None
   unused: tuple[Any, ...] = ()  # the PARAMs and DEFINE_VARs the entry declares and never reads: arguments still
   shapes: tuple[tuple[int, tuple[int, ...]], ...] = ()  # (slot, shape) a func entry declares for its buffers
+  notes: tuple[str, ...] = ()  # how a multi-device entry's arguments hold its sharded buffers (the header says it)
 
 
 @dataclass(frozen=True)

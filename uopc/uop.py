@@ -257,7 +257,9 @@ def _axis(u: UOp) -> int | None:
   if op is Ops.REDUCE:
     axes = u.arg[1] if isinstance(u.arg, tuple) and len(u.arg) > 1 else ()
     return None if not isinstance(axes, tuple) or a in axes else a
-  if op in GroupOp.ALU or op in (Ops.CAST, Ops.BITCAST): return next((s.axis for s in src if s.axis is not None), None)
+  if op in GroupOp.ALU or op in (Ops.CAST, Ops.BITCAST):  # operands right-align (the broadcast rule)
+    n = len(u.shape) if u.shape is not None else 0
+    return next((s.axis + n - len(s.shape) for s in src if s.axis is not None and s.shape is not None), None)
   return a
 
 
