@@ -100,7 +100,9 @@ def _operand_problems(u: UOp) -> Iterator[str]:
 
 
 def check_sharding(sink: UOp, loc_of: Callable[[UOp], Loc | None]) -> list:
-  return [error(loc_of(u), msg) for u in sink.toposort() for msg in _problems(u)]
+  """Every problem of the program as written, in source order."""
+  found = [error(loc_of(u), msg) for u in sink.toposort() for msg in _problems(u)]
+  return sorted(found, key=lambda d: (d.loc is None, d.loc.line if d.loc else 0, d.loc.col if d.loc else 0))
 
 
 # ---- the rewrite ---------------------------------------------------------------------------------------
@@ -237,6 +239,9 @@ def lower_devices(sink: UOp, loc_of: Callable[[UOp], Loc | None] = lambda u: Non
   """`sink` (callified) with every tuple-device value lowered to per-device values (see the module docstring)."""
   if problems := check_sharding(sink, loc_of): raise CompileError(problems, sources)
   ctx = _Ctx(_slots(sink))
+  for m in (u for u in sink.toposort() if u.op is Ops.MULTI and all(s.op is Ops.PARAM for s in u.src)):
+    ctx.notes.append(f"{m.dtype.name}{list(m.shape)} written as MULTI on axis {m.arg}: " +
+                     ", ".join(f"{s.arg[1]} on {s.device}" for s in m.src))
   out = graph_rewrite(sink, LOWER_RULES, bottom_up=True, ctx=ctx)
   if left := [u for u in out.toposort() if isinstance(u.device, tuple) or u.op is Ops.MULTI]:
     raise CompileError([error(loc_of(left[-1]), f"{left[-1].op.name} on several devices could not be lowered")], sources)
