@@ -147,6 +147,7 @@ def test_the_ptx_of_the_collectives_passes_ptxas(tmp_path):
   if ptxas is None: pytest.skip("ptxas not found (CUDA_HOME, PATH or the nvidia-cuda-nvcc wheel)")
   path, _ = _module(tmp_path, collectives(2, 4) + [tp_mlp(2)])
   build(path, BuildOptions(target="cuda", out_dir=tmp_path / "cu"))
+  assert "x_dev0 = rows [0, 4) on CPU:0" in (tmp_path / "cu" / "multi.h").read_text()  # the CUDA header says it too
   ptx = tmp_path / "cu" / "multi.ptx"
   done = subprocess.run([str(ptxas), "-arch=sm_80", "-O3", str(ptx), "-o", str(tmp_path / "m.cubin")], capture_output=True, text=True)
   assert done.returncode == 0, done.stderr[:4000]
