@@ -110,7 +110,7 @@ def check_sharding(sink: UOp, loc_of: Callable[[UOp], Loc | None]) -> list:
 class _Ctx:
   slots: dict[UOp, int]                           # a PARAM as written -> its (first) slot in the lowered entry
   names: dict[UOp, str] = field(default_factory=dict)  # lowered PARAM -> its name, for printing
-  notes: list[str] = field(default_factory=list)   # the per-device arguments, for the header
+  notes: list[tuple[int, str]] = field(default_factory=list)  # (slot, how it holds a sharded buffer), for the header
 
 
 def _multi(shards, axis: int | None) -> UOp: return UOp(Ops.MULTI, shards[0].dtype, tuple(shards), axis)
@@ -126,8 +126,8 @@ def _shard_buffer(ctx: _Ctx, b: UOp) -> UOp:
   for s in shards: ctx.names[s] = s.arg[1]
   if b.op is Ops.PARAM:
     k = shape[0]
-    ctx.notes.append(f"{name}: {b.dtype.name}{list(b.shape)} on {len(devs)} devices, axis 0 split in {n}: " +
-                     ", ".join(f"{s.arg[1]} = rows [{j * k}, {(j + 1) * k}) on {d}" for j, (s, d) in enumerate(zip(shards, devs))))
+    ctx.notes.append((base, f"{name}: {b.dtype.name}{list(b.shape)} on {len(devs)} devices, axis 0 split in {n}: " +
+                     ", ".join(f"{s.arg[1]} = rows [{j * k}, {(j + 1) * k}) on {d}" for j, (s, d) in enumerate(zip(shards, devs)))))
   return _multi(shards, 0)
 
 
@@ -240,8 +240,8 @@ def lower_devices(sink: UOp, loc_of: Callable[[UOp], Loc | None] = lambda u: Non
   if problems := check_sharding(sink, loc_of): raise CompileError(problems, sources)
   ctx = _Ctx(_slots(sink))
   for m in (u for u in sink.toposort() if u.op is Ops.MULTI and all(s.op is Ops.PARAM for s in u.src)):
-    ctx.notes.append(f"{m.dtype.name}{list(m.shape)} written as MULTI on axis {m.arg}: " +
-                     ", ".join(f"{s.arg[1]} on {s.device}" for s in m.src))
+    ctx.notes.append((ctx.slots.get(m.src[0], 0), f"{m.dtype.name}{list(m.shape)} written as MULTI on axis {m.arg}: " +
+                      ", ".join(f"{s.arg[1]} on {s.device}" for s in m.src)))
   out = graph_rewrite(sink, LOWER_RULES, bottom_up=True, ctx=ctx)
   if left := [u for u in out.toposort() if isinstance(u.device, tuple) or u.op is Ops.MULTI]:
     raise CompileError([error(loc_of(left[-1]), f"{left[-1].op.name} on several devices could not be lowered")], sources)
@@ -259,4 +259,4 @@ def lower_entry(entry: Entry, module: Module) -> tuple[Entry, tuple[str, ...]]:
   for u, name in ctx.names.items(): module.names.setdefault(u, name)
   roots = [s for s in out.src if s.op is not Ops.PARAM]
   unused = tuple(s for s in out.src if s.op is Ops.PARAM) + tuple(u for u in entry.unused if u.op is not Ops.PARAM)
-  return Entry(entry.name, entry.kind, out.replace(src=tuple(roots)), entry.loc, unused), tuple(ctx.notes)
+  return Entry(entry.name, entry.kind, out.replace(src=tuple(roots)), entry.loc, unused), tuple(n for _, n in sorted(ctx.notes))
