@@ -24,6 +24,7 @@ def shape(*dims): return UOp.shape_of(dims)
 def u(op, dt=void, *src, arg=None): return UOp(op, dt, tuple(src), arg)
 def tensor(*dims, dt=f32, slot=0, name="a"): return UOp(Ops.PARAM, dt, (shape(*dims),), (slot, name))
 DEVS = ("CPU:0", "CPU:1")
+def on(p, i): return p.replace(arg=p.arg + (DEVS[i],))
 def sharded(*dims, dt=f32, slot=0): return UOp(Ops.PARAM, dt, (shape(*dims),), (slot, "s", DEVS))
 def ptr(dt=f32, slot=0): return UOp(Ops.PARAM, dt.ptr(), (), (slot, f"d{slot}"))
 def rng(n=16, axis=0): return UOp(Ops.RANGE, idx, (c(n, idx),), (axis, AxisType.LOOP))
@@ -138,8 +139,8 @@ CASES = {
                            lambda: u(Ops.CONTIGUOUSBACKWARD, f32, tensor(4), tensor(4, slot=1)), "takes 1 source, got 2"),
   Ops.DETACH: (lambda: u(Ops.DETACH, f32, tensor(4)), lambda: u(Ops.DETACH, void, store(ptr(), c(0, idx), c(1.0, f32))),
                "DETACH source is a STORE, which has no value"),
-  Ops.MULTI: (lambda: u(Ops.MULTI, f32, tensor(4), tensor(4, slot=1), arg=0),
-              lambda: u(Ops.MULTI, f32, tensor(4), tensor(4, slot=1), arg=3), "MULTI axis must be None or an axis"),
+  Ops.MULTI: (lambda: u(Ops.MULTI, f32, on(tensor(4), 0), on(tensor(4, slot=1), 1), arg=0),
+              lambda: u(Ops.MULTI, f32, on(tensor(4), 0), on(tensor(4, slot=1), 1), arg=3), "MULTI axis must be None or an axis"),
   Ops.MSELECT: (lambda: u(Ops.MSELECT, f32, sharded(4), arg=1), lambda: u(Ops.MSELECT, f32, sharded(4), arg=2),
                 "MSELECT arg must be a device number below 2"),
   Ops.ALLREDUCE: (lambda: u(Ops.ALLREDUCE, f32, sharded(4), arg=(Ops.ADD, DEVS)),
@@ -213,6 +214,8 @@ def test_every_op_has_a_case():
   (u(Ops.SHL, i32, c(1), c(2.0, f32)), "SHL shift amount must be an integer, got f32"),
   (u(Ops.ADD, f32.ptr(), ptr(), ptr()), "ADD operand 0 is a pointer"),
   (u(Ops.ADD, f32, tensor(4), tensor(3, slot=1)), "ADD operand shapes (4,) and (3,) do not broadcast (axis 0)"),
+  (u(Ops.MULTI, f32, on(tensor(4), 0), tensor(4, slot=1)), "each MULTI shard must be on a single device"),
+  (u(Ops.MULTI, f32, on(tensor(4), 0), on(tensor(4, slot=1), 0)), "MULTI shards share a device: CPU:0, CPU:0"),
   (u(Ops.MULACC, f32, c(1.0, f32), c(1.0, f32), c(1, i32)), "MULACC operands have different dtypes: f32 and i32"),
 ], ids=lambda x: x if isinstance(x, str) else "")
 def test_elementwise_rules(root, expected):

@@ -3,8 +3,7 @@
 Each rule is a generator of messages about one UOp, as in `uopc.verify` (whose table registers them);
 the arity is checked before these run. Invariants stated here, relied on by the lowering
 (`uopc.stages.multi_device`):
-- MULTI(shard_0, ...) {axis}: shards of one dtype and shape, on distinct single devices when they
-  have devices, axis None or an axis of the shards (tinygrad's MSTACK is a MULTI without an axis).
+- MULTI(shard_0, ...) {axis}: shards of one dtype and shape, each on its own single device, axis None or an axis of the shards (tinygrad's MSTACK is a MULTI without an axis).
 - MSELECT(x) {i}: x is on an n-tuple device and 0 <= i < n.
 - ALLREDUCE(x) {(op, device)}: op is ADD, MAX or MUL; x is on an n-tuple device, and device (when
   given) is that device.
@@ -31,8 +30,8 @@ def check_multi(u: UOp) -> Iterator[str]:
   shape = shapes[0]
   if u.arg is not None and not (_is_int(u.arg) and (shape is None or 0 <= u.arg < len(shape))):
     yield f"MULTI axis must be None or an axis of the shards, got {u.arg!r}"
-  devices = [s.device for s in u.src if s.device is not None]
-  if any(not isinstance(d, str) for d in devices): yield "a MULTI shard must be on a single device"
+  devices = [s.device for s in u.src]
+  if any(not isinstance(d, str) for d in devices): yield "each MULTI shard must be on a single device"
   elif len(set(devices)) != len(devices): yield f"MULTI shards share a device: {', '.join(devices)}"
 
 

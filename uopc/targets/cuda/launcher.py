@@ -2,8 +2,8 @@
 
 The C API has the shape of the C target's (`uopc/launcher.py`: the same ABI types, argument order,
 const-correctness, status codes and metadata accessors) plus a last `CUstream stream` argument (an
-opaque typedef, the same type as the runtime's cudaStream_t: no CUDA header is needed); buffers are
-device pointers. The library embeds the fatbin (or, without one, the PTX text) and at first use
+opaque typedef, the same type as the runtime's cudaStream_t: no CUDA header is needed), or one stream
+per device for a multi-device entry (`uopc/targets/cuda/multi_device.py`); buffers are device pointers. The library embeds the fatbin (or, without one, the PTX text) and at first use
 loads `libcuda.so.1` with dlopen (pthread_once) and calls `cuInit`. The module is loaded into the
 calling thread's current context (`cuCtxGetCurrent`) once per context, under a mutex, and its
 functions kept. Each launch's grid and block come from the kernel's SPECIALs (the same geometry
