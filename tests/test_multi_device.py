@@ -151,3 +151,24 @@ def test_the_ptx_of_the_collectives_passes_ptxas(tmp_path):
   ptx = tmp_path / "cu" / "multi.ptx"
   done = subprocess.run([str(ptxas), "-arch=sm_80", "-O3", str(ptx), "-o", str(tmp_path / "m.cubin")], capture_output=True, text=True)
   assert done.returncode == 0, done.stderr[:4000]
+
+
+def test_a_whole_copy_meets_a_sharded_value_and_a_buffer_updates_in_place(tmp_path):
+  """x (sharded) += y (a whole copy on each device): each device adds its block of y, in place."""
+  from multi_programs import Prog
+  p = Prog("update", 2)
+  rng = np.random.default_rng(1)
+  x0, y0 = rng.standard_normal(8).astype(np.float32), rng.standard_normal(8).astype(np.float32)
+  x = p.param("x", [8], True, x0)
+  y = p.param("y", [8], False, y0)
+  p.lines.append(f"  STORE({x}, {p.let('s', f'ADD({x}, {p.replicate(y, 8, chr(121))})')})")
+  p.outputs["x"] = True
+  p.expect = lambda x, y: {"x": x + y}
+  path, module = _module(tmp_path, [p])
+  entry, args, arrays = _arrays(module, p)
+  run_emulated(module, entry, "c", args, arrays, {})
+  _check(p, arrays)
+  lib = ctypes.CDLL(str(build_library(path, "c", tmp_path / "out")))
+  entry, args, arrays = _arrays(module, p)
+  call_entry(lib, _LIB, entry.name, args, arrays, {})
+  _check(p, arrays)
