@@ -246,3 +246,36 @@ def test_alu_ops_inherit_the_shard_axis():
   assert u(Ops.ADD, f32, c(1.0, f32), sharded(8, 4)).axis == 0
   assert u(Ops.CAST, i32, sharded(8, 4)).axis == 0
   assert u(Ops.WHERE, f32, c(True, b), sharded(8, 4), c(0.0, f32)).axis == 0
+
+
+def test_copy_to_a_tuple_device_reshards_on_axis_0():  # seed 000: "COPY to an n-tuple device reshards with axis = 0"
+  col = u(Ops.PERMUTE, f32, sharded(8, 4), arg=(1, 0))
+  assert u(Ops.LOAD, f32, col, arg=(TWO,)).axis == 0
+  assert u(Ops.LOAD, f32, buffer(8, 4), arg=(TWO,)).axis == 0
+  assert u(Ops.LOAD, f32, col).axis == 1  # a LOAD naming no device is no copy: it keeps the axis
+
+
+def test_param_on_a_tuple_device_is_sharded_like_a_buffer():
+  p = u(Ops.PARAM, f32, shape(8, 4), arg=(0, "p", TWO))
+  assert (p.axis, p.device) == (0, TWO)
+  assert u(Ops.PARAM, f32, shape(), arg=(0, "s", TWO)).axis is None  # a scalar has no axis to shard
+
+
+def test_multi_is_the_whole_tensor_of_its_shards():
+  a, b2 = buffer(4, 3, device="CPU:0"), buffer(4, 3, device="CPU:1")
+  m = u(Ops.MULTI, f32, a, b2, arg=0)
+  assert (m.shape, m.device, m.axis) == ((8, 3), TWO, 0)
+  stacked = u(Ops.MULTI, f32, a, b2)  # tinygrad's MSTACK: one whole value per device
+  assert (stacked.shape, stacked.axis) == ((4, 3), None)
+
+
+def test_mselect_is_one_devices_shard():
+  x = u(Ops.MSELECT, f32, sharded(8, 4), arg=1)
+  assert (x.shape, x.device, x.axis) == ((4, 4), TWO[1], None)
+
+
+def test_replicated_drops_the_per_device_axis():
+  rows = u(Ops.LOAD, f32, u(Ops.EXPAND, f32, buffer(1, 5), shape(2, 5)), arg=(TWO,))
+  r = u(Ops.REPLICATED, f32, rows, arg=0)
+  assert (r.shape, r.device, r.axis) == ((5,), TWO, None)
+  assert u(Ops.ALLREDUCE, f32, r, arg=(Ops.ADD, TWO)).axis is None

@@ -23,6 +23,9 @@ def c(v, dt=i32): return UOp.const(dt, v)
 def shape(*dims): return UOp.shape_of(dims)
 def u(op, dt=void, *src, arg=None): return UOp(op, dt, tuple(src), arg)
 def tensor(*dims, dt=f32, slot=0, name=None): return UOp(Ops.PARAM, dt, (shape(*dims),), (slot, name or ("a" if slot == 0 else f"a{slot}")))
+DEVS = ("CPU:0", "CPU:1")
+def on(p, i): return p.replace(arg=p.arg + (DEVS[i],))
+def sharded(*dims, dt=f32, slot=0): return UOp(Ops.PARAM, dt, (shape(*dims),), (slot, "s" if slot == 0 else f"s{slot}", DEVS))
 def ptr(dt=f32, slot=0): return UOp(Ops.PARAM, dt.ptr(), (), (slot, f"d{slot}"))
 def rng(n=16, axis=0): return UOp(Ops.RANGE, idx, (c(n, idx),), (axis, AxisType.LOOP))
 def at(p, i, dt=f32): return UOp(Ops.INDEX, p.dtype, (p, i))
@@ -136,8 +139,14 @@ CASES = {
                            lambda: u(Ops.CONTIGUOUSBACKWARD, f32, tensor(4), tensor(4, slot=1)), "takes 1 source, got 2"),
   Ops.DETACH: (lambda: u(Ops.DETACH, f32, tensor(4)), lambda: u(Ops.DETACH, void, store(ptr(), c(0, idx), c(1.0, f32))),
                "DETACH source is a STORE, which has no value"),
-  Ops.MULTI: (lambda: u(Ops.MULTI, f32, tensor(4), tensor(4, slot=1), arg=0),
-              lambda: u(Ops.MULTI, f32, tensor(4), tensor(4, slot=1), arg=3), "MULTI axis must be None or an axis"),
+  Ops.MULTI: (lambda: u(Ops.MULTI, f32, on(tensor(4), 0), on(tensor(4, slot=1), 1), arg=0),
+              lambda: u(Ops.MULTI, f32, on(tensor(4), 0), on(tensor(4, slot=1), 1), arg=3), "MULTI axis must be None or an axis"),
+  Ops.MSELECT: (lambda: u(Ops.MSELECT, f32, sharded(4), arg=1), lambda: u(Ops.MSELECT, f32, sharded(4), arg=2),
+                "MSELECT arg must be a device number below 2"),
+  Ops.ALLREDUCE: (lambda: u(Ops.ALLREDUCE, f32, sharded(4), arg=(Ops.ADD, DEVS)),
+                  lambda: u(Ops.ALLREDUCE, f32, sharded(4), arg=(Ops.SUB, DEVS)), "ALLREDUCE arg must be (ADD|MAX|MUL, device)"),
+  Ops.REPLICATED: (lambda: u(Ops.REPLICATED, f32, sharded(2, 4), arg=0),
+                   lambda: u(Ops.REPLICATED, f32, sharded(4, 4), arg=0), "needs one row per device on axis 0: 2 devices, size 4"),
   Ops.BARRIER: (lambda: u(Ops.BARRIER, void, store(ptr(), c(0, idx), c(1.0, f32))), lambda: u(Ops.BARRIER, f32), "BARRIER has no value"),
   Ops.INS: (lambda: u(Ops.INS, f32, c(1.0, f32), arg="v_mov_b32"), lambda: u(Ops.INS, f32, arg=None), "INS arg must name the instruction"),
   Ops.SPECIAL: (lambda: u(Ops.SPECIAL, idx, c(64, idx), arg="gidx0"), lambda: u(Ops.SPECIAL, idx, c(64, idx), arg="tid0"),
@@ -205,6 +214,8 @@ def test_every_op_has_a_case():
   (u(Ops.SHL, i32, c(1), c(2.0, f32)), "SHL shift amount must be an integer, got f32"),
   (u(Ops.ADD, f32.ptr(), ptr(), ptr()), "ADD operand 0 is a pointer"),
   (u(Ops.ADD, f32, tensor(4), tensor(3, slot=1)), "ADD operand shapes (4,) and (3,) do not broadcast (axis 0)"),
+  (u(Ops.MULTI, f32, on(tensor(4), 0), tensor(4, slot=1)), "each MULTI shard must be on a single device"),
+  (u(Ops.MULTI, f32, on(tensor(4), 0), on(tensor(4, slot=1), 0)), "MULTI shards share a device: CPU:0, CPU:0"),
   (u(Ops.MULACC, f32, c(1.0, f32), c(1.0, f32), c(1, i32)), "MULACC operands have different dtypes: f32 and i32"),
 ], ids=lambda x: x if isinstance(x, str) else "")
 def test_elementwise_rules(root, expected):

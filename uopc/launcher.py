@@ -85,6 +85,7 @@ class EntryKernels:
   launches: tuple[Any, ...] | None = None
   unused: tuple[Any, ...] = ()  # the PARAMs and DEFINE_VARs the entry declares and never reads: arguments still
   shapes: tuple[tuple[int, tuple[int, ...]], ...] = ()  # (slot, shape) a func entry declares for its buffers
+  notes: tuple[str, ...] = ()  # how a multi-device entry's arguments hold its sharded buffers (the header says it)
 
 
 @dataclass(frozen=True)
@@ -285,8 +286,17 @@ def _header_comment(name: str, prefix: str) -> str:
 def render_header(name: str, entries: Sequence[EntryKernels]) -> str:
   """NAME.h: valid C99 and C++11, parsable by pycparser after preprocessing."""
   prefix = c_identifier(name)
-  protos = "\n".join(f"{p};" for e in entries for p in _prototypes(prefix, e))
+  protos = "\n".join(entry_notes(e) + "\n".join(f"{p};" for p in _prototypes(prefix, e)) for e in entries)
   return header_file(prefix, _header_comment(name, prefix), f"UOPC_{prefix.upper()}_H", f"/* The entries. */\n{protos}")
+
+
+def entry_notes(entry: EntryKernels) -> str:
+  """A comment before an entry's prototypes saying how its arguments hold its sharded buffers (a
+  multi-device entry takes one pointer per device shard); empty for other entries."""
+  if not entry.notes: return ""
+  lines = [f"/* {entry.name}: a multi-device program; each device shard is its own buffer argument."]
+  lines += [f"   {n}" for n in entry.notes]
+  return "\n".join(lines) + " */\n"
 
 
 def header_file(prefix: str, comment: str, guard: str, declarations: str) -> str:

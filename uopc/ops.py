@@ -37,8 +37,10 @@ class Ops(enum.Enum):
   MULACC = enum.auto(); THREEFRY = enum.auto(); FLOORDIV = enum.auto(); FLOORMOD = enum.auto()  # noqa: E702
   # markers (identity on data)
   CONTIGUOUS = enum.auto(); CONTIGUOUSBACKWARD = enum.auto(); DETACH = enum.auto()  # noqa: E702
-  # multi-device
-  MULTI = enum.auto()
+  # multi-device: MULTI(shard_0, ...) {axis} is one tensor whose shard on device i is shard_i (axis None: each
+  # device holds a whole copy); MSELECT picks one device's shard, ALLREDUCE reduces across the devices,
+  # REPLICATED is seed 000's `.replicated(k)` (k: a shard axis of one row per device, dropped)
+  MULTI = enum.auto(); MSELECT = enum.auto(); ALLREDUCE = enum.auto(); REPLICATED = enum.auto()  # noqa: E702
   # codegen ops
   BARRIER = enum.auto(); INS = enum.auto(); SPECIAL = enum.auto(); IF = enum.auto(); ENDIF = enum.auto()  # noqa: E702
   WMMA = enum.auto(); CUSTOM = enum.auto(); CUSTOMI = enum.auto(); ATOMICADD = enum.auto()  # noqa: E702
@@ -88,6 +90,7 @@ OP_ALIASES: dict[str, Ops] = {
   "LOOP": Ops.RANGE, "ENDLOOP": Ops.END, "ENDRANGE": Ops.END, "REDUCE_AXIS": Ops.REDUCE,
   "VECTORIZE": Ops.STACK, "RECIPROCAL": Ops.RECIP, "CDIV": Ops.IDIV, "CMOD": Ops.MOD, "FDIV": Ops.DIV,
   "CONTIGUOUS_BACKWARD": Ops.CONTIGUOUSBACKWARD, "COPY": Ops.LOAD,
+  "MSTACK": Ops.MULTI,  # tinygrad 0.14's per-device stack: a MULTI without a shard axis
 }
 # legacy names that need more than a rename; the front end rewrites them to modern IR
 LEGACY_STRUCTURAL = frozenset({"DEFINE_GLOBAL", "DEFINE_LOCAL", "DEFINE_ACC", "ASSIGN", "VCONST", "ALU"})

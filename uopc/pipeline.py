@@ -150,12 +150,19 @@ def compile_module(module: Module, target: str, lib_name: str, opts: PrintOption
   kernel_stages = [s for s in stages if s.name not in TENSOR_STAGES]
   prefix = c_identifier(lib_name)
   opts = replace(opts, names=module.names)
-  entries = [replace(_compile_tensor_entry(stages, _with_unused_params(e), prefix, e.name, opts), unused=e.unused,
-                     shapes=_declared_shapes(e)) if e.kind == "func"
+  entries = [_compile_func_entry(stages, module, e, prefix, opts) if e.kind == "func"
              else EntryKernels(e.name, (run_kernel_stages(kernel_stages, e.sink, kernel_name(prefix, e.name, 0), opts),), unused=e.unused)
              for e in module.entries]
   _check_scheduled(schedule or {}, [k.name for e in entries for k in e.kernels])
   return entries
+
+
+def _compile_func_entry(stages: Sequence[Stage], module: Module, e: Entry, prefix: str, opts: PrintOptions) -> EntryKernels:
+  """A tensor program, first lowered to one program per device when it runs on tuples of devices."""
+  from uopc.stages.multi_device import lower_entry
+  e, notes = lower_entry(e, module)
+  entry = _compile_tensor_entry(stages, _with_unused_params(e), prefix, e.name, replace(opts, names=module.names))
+  return replace(entry, unused=e.unused, shapes=_declared_shapes(e), notes=notes)
 
 
 def _with_unused_params(e: Entry) -> UOp:

@@ -187,7 +187,8 @@ def run_file(path: str | Path, entry: str | None = None, target: str = "c", inpu
   module = load_module(str(path))
   diags = [d for d in verify_module(module) if d.severity == "error"]
   if diags: raise CompileError(diags, {module.path: module.text})
-  chosen = pick_entry(module, entry)
+  from uopc.stages.multi_device import lower_entry
+  chosen, _ = lower_entry(pick_entry(module, entry), module)  # a multi-device entry takes one buffer per device shard
   if not emulated and target not in NATIVE_TARGETS:
     raise CompileError([error(None, f"-t {target} runs on a device: use --emulate to run its kernels in the emulator",
                               f"targets that run natively: {', '.join(NATIVE_TARGETS)}")])

@@ -182,7 +182,21 @@ def _shape(u: UOp) -> tuple[sint, ...] | None:
   if op in GroupOp.ALU or op in (Ops.CAST, Ops.BITCAST):
     shapes = [s.shape for s in src]
     return None if any(s is None for s in shapes) else broadcast_shapes(*shapes)
-  return s0  # FLIP, LOAD, AFTER, markers, MULTI
+  if op in (Ops.MULTI, Ops.MSELECT, Ops.REPLICATED): return _multi_shape(u, s0)
+  return s0  # FLIP, LOAD, AFTER, markers, ALLREDUCE
+
+
+def _multi_shape(u: UOp, s0: tuple[sint, ...] | None) -> tuple[sint, ...] | None:
+  """MULTI: the whole tensor (its shard axis n times a shard's); MSELECT: one device's shard of its
+  source; REPLICATED: its source without the axis it names."""
+  if s0 is None: return None
+  a = u.arg if u.op is not Ops.MSELECT else u.src[0].axis
+  if not isinstance(a, int) or isinstance(a, bool) or not 0 <= a < len(s0): return s0
+  if u.op is Ops.REPLICATED: return s0[:a] + s0[a + 1:]
+  n = len(u.src) if u.op is Ops.MULTI else len(u.src[0].device) if isinstance(u.src[0].device, tuple) else 1
+  d = s0[a]
+  if not isinstance(d, int): return s0
+  return s0[:a] + ((d * n) if u.op is Ops.MULTI else (d // n),) + s0[a + 1:]
 
 
 def _index_shape(u: UOp) -> tuple[sint, ...] | None:
@@ -204,10 +218,20 @@ def _device(u: UOp) -> Any:
   if op in (Ops.CONST, Ops.RANGE, Ops.DEFINE_VAR, Ops.SPECIAL): return None
   if op is Ops.LOAD and isinstance(u.arg, tuple) and u.arg and u.arg[0] is not None: return u.arg[0]
   if op in (Ops.FUNCTION, Ops.CALL): return src[1].device if len(src) > 1 else None
+  if op is Ops.MULTI: return tuple(s.device for s in src) if all(isinstance(s.device, str) for s in src) else None
+  if op is Ops.MSELECT:
+    d = src[0].device if src else None
+    return d[u.arg] if isinstance(d, tuple) and isinstance(u.arg, int) and 0 <= u.arg < len(d) else None
+  if op is Ops.ALLREDUCE and isinstance(u.arg, tuple) and len(u.arg) == 2 and u.arg[1] is not None: return u.arg[1]
   # the buffer acted on decides, not an index, a stored value or a dependency
   if op in (Ops.INDEX, Ops.STORE, Ops.AFTER): return src[0].device if src else None
   # src[0].device per the table; a CONST has none, so a broadcast constant takes its partner's device
   return next((s.device for s in src if s.device is not None), None)
+
+
+def copy_device(u: UOp) -> Any:
+  """The device a LOAD copies to (seed 000's COPY), None when it names none."""
+  return u.arg[0] if u.op is Ops.LOAD and isinstance(u.arg, tuple) and u.arg else None
 
 
 def _addrspace(u: UOp) -> AddrSpace | None:
@@ -222,16 +246,20 @@ def _addrspace(u: UOp) -> AddrSpace | None:
 
 def _axis(u: UOp) -> int | None:
   op, src = u.op, u.src
-  if op is Ops.BUFFER: return 0 if isinstance(u.device, tuple) else None
+  # a buffer on an n-tuple device, and a COPY to one, are sharded on axis 0 (seed 000); a scalar has no axis
+  if op in GroupOp.Buffers or op is Ops.LOAD and copy_device(u) is not None:
+    return 0 if isinstance(u.device, tuple) and u.shape else None
   if op is Ops.MULTI: return u.arg if isinstance(u.arg, int) else None
-  if not src or op is Ops.LOAD: return None  # a copy (LOAD to another device) is replicated
+  if not src or op in (Ops.MSELECT, Ops.ALLREDUCE, Ops.REPLICATED): return None
   a = src[0].axis
   if op is Ops.PERMUTE: return u.arg.index(a) if isinstance(u.arg, tuple) and a in u.arg else None
   if op is Ops.RESHAPE: return _reshape_axis(src[0].shape, u.shape, a)
   if op is Ops.REDUCE:
     axes = u.arg[1] if isinstance(u.arg, tuple) and len(u.arg) > 1 else ()
     return None if not isinstance(axes, tuple) or a in axes else a
-  if op in GroupOp.ALU or op in (Ops.CAST, Ops.BITCAST): return next((s.axis for s in src if s.axis is not None), None)
+  if op in GroupOp.ALU or op in (Ops.CAST, Ops.BITCAST):  # operands right-align (the broadcast rule)
+    n = len(u.shape) if u.shape is not None else 0
+    return next((s.axis + n - len(s.shape) for s in src if s.axis is not None and s.shape is not None), None)
   return a
 
 

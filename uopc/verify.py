@@ -17,6 +17,7 @@ from uopc.dtype import AddrSpace, DType, PtrDType, dtypes, truncate
 from uopc.module import Module
 from uopc.ops import AxisType, GroupOp, Ops
 from uopc.uop import UOp, shape_values
+from uopc.verify_multi import check_allreduce, check_mselect, check_multi, check_replicated
 
 Check = Callable[[UOp], Iterator[str]]
 REDUCE_OPS = (Ops.ADD, Ops.MAX, Ops.MUL)
@@ -476,16 +477,6 @@ def _elementwise_shapes(u: UOp) -> Iterator[str]:
 
 
 # ---- multi-device and codegen -------------------------------------------------------------------------
-def _check_multi(u: UOp) -> Iterator[str]:
-  for i, s in enumerate(u.src):
-    if s.dtype is not u.dtype: yield f"MULTI shard {i} is {s.dtype}, the MULTI {u.dtype}"
-  shapes = [s.shape for s in u.src]
-  if any(s != shapes[0] for s in shapes): yield "MULTI shards have different shapes"
-  shape = shapes[0]
-  if u.arg is not None and not (_is_int(u.arg) and (shape is None or 0 <= u.arg < len(shape))):
-    yield f"MULTI axis must be None or an axis of the shards, got {u.arg!r}"
-
-
 def _check_wmma(u: UOp) -> Iterator[str]:
   if not (isinstance(u.arg, tuple) and u.arg): yield f"WMMA arg must be its configuration tuple, got {u.arg!r}"
   if u.dtype is not u.src[2].dtype: yield f"WMMA has dtype {u.dtype}, its accumulator {u.src[2].dtype}"
@@ -557,7 +548,8 @@ RULES: dict[Ops, tuple[tuple[int, int | None], tuple[Check, ...]]] = {
   Ops.RANGE: ((1, 1), (_check_range,)), Ops.END: ((2, 2), (_is_void, _check_end)),
   Ops.AFTER: ((2, None), PASSTHROUGH), Ops.GROUP: ((0, None), (_is_void, _sources_are_effects)),
   Ops.SINK: ((0, None), (_is_void,)), Ops.LINEAR: ((0, None), (_is_void,)),
-  Ops.MULTI: ((1, None), (_check_multi,)),
+  Ops.MULTI: ((1, None), (check_multi,)), Ops.MSELECT: ((1, 1), (check_mselect,)),
+  Ops.ALLREDUCE: ((1, 1), (check_allreduce,)), Ops.REPLICATED: ((1, 1), (check_replicated,)),
   Ops.BARRIER: ((0, None), (_is_void,)), Ops.INS: ((0, None), (_check_ins,)), Ops.SPECIAL: ((1, 1), (_check_special,)),
   Ops.IF: ((1, 2), (_is_void, _check_if)), Ops.ENDIF: ((1, 1), (_is_void, _check_endif)),
   Ops.WMMA: ((3, 3), (_check_wmma,)), Ops.CUSTOM: ((0, None), (_check_custom,)), Ops.CUSTOMI: ((0, None), (_check_custom,)),

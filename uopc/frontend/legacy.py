@@ -243,9 +243,16 @@ def cast_with_dtype_arg(op: Ops) -> Rule:
   return rule
 
 
+def copy(b, srcs, arg, dtype, loc):
+  """COPY(x) {device} (a device name or a tuple of them) -> LOAD(x) {(device,)}: seed 000's LOAD to a device."""
+  if isinstance(arg, str) or isinstance(arg, tuple) and arg and all(isinstance(d, str) for d in arg):
+    arg = (arg,)
+  return b.uop(Ops.LOAD, srcs, arg, dtype, loc)
+
+
 RULES: dict[str, Rule] = {
   "DEFINE_GLOBAL": define_global, "DEFINE_LOCAL": define_local, "DEFINE_ACC": define_acc, "ASSIGN": assign,
   "VCONST": vconst, "ALU": alu, "LOOP": loop, "RANGE": loop, "ENDLOOP": endloop, "ENDRANGE": endloop,
-  "END": endloop, "LOAD": load, "STORE": store, "SPECIAL": special,
+  "END": endloop, "LOAD": load, "STORE": store, "SPECIAL": special, "COPY": copy,
   "CAST": cast_with_dtype_arg(Ops.CAST), "BITCAST": cast_with_dtype_arg(Ops.BITCAST),
 }

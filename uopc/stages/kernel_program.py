@@ -3,6 +3,7 @@ run-time sizes and the launches that run the kernels in order on those buffers."
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 from uopc.dtype import DType
 from uopc.ops import Ops
@@ -18,6 +19,7 @@ class BufferInfo:
   shape: tuple[sint, ...]
   slot: int
   is_arg: bool
+  device: Any = None  # the device it lives on (a multi-device program's buffers are each on one)
 
 
 def format_shape(shape: tuple[sint, ...]) -> str:
@@ -32,6 +34,12 @@ class Launch:
   CALL body's kernel uses the body's slots, and each call site binds them to its own buffers."""
   kernel: int
   binds: tuple[tuple[int, BufferInfo], ...]
+  device: Any = None         # the device of the buffers it writes: where it runs
+  peers: tuple[Any, ...] = ()  # the other devices it reads from: a copy between devices
+
+  def describe(self) -> str:
+    if self.device is None: return ""
+    return f" on {self.device}" + (f", copying from {', '.join(map(str, self.peers))}" if self.peers else "")
 
   def buffer(self, kernel_slot: int) -> BufferInfo: return next(b for s, b in self.binds if s == kernel_slot)
 
@@ -50,8 +58,11 @@ class KernelProgram:
   def format(self) -> str:
     """The kernel split, for `--print-after rangeify`: the buffers, then each kernel's IR."""
     from uopc.frontend import print_uops
+    multi = len({b.device for b in self.buffers}) > 1  # a multi-device program: say where each thing is
     lines = [f"# {len(self.kernels)} kernel(s), {len(self.launches)} launch(es)"]
-    lines += [f"# slot {b.slot} {b.name}: {b.dtype}{format_shape(b.shape)} {'argument' if b.is_arg else 'intermediate'}" for b in self.buffers]
-    lines += [f"# launch {i}: kernel {ln.kernel}(" + ", ".join(f"{s}={b.name}" for s, b in ln.binds) + ")" for i, ln in enumerate(self.launches)]
+    lines += [f"# slot {b.slot} {b.name}: {b.dtype}{format_shape(b.shape)} {'argument' if b.is_arg else 'intermediate'}"
+              + (f" on {b.device}" if multi else "") for b in self.buffers]
+    lines += [f"# launch {i}: kernel {ln.kernel}(" + ", ".join(f"{s}={b.name}" for s, b in ln.binds) + ")" + (ln.describe() if multi else "")
+              for i, ln in enumerate(self.launches)]
     for i, k in enumerate(self.kernels): lines += [f"# kernel {i}", print_uops(k).rstrip("\n")]
     return "\n".join(lines) + "\n"

@@ -478,8 +478,8 @@ class _Rangeify:
     graph = order + [_strip_after(u.src[0]) for u in order if u.op is Ops.STORE]
     params = list(dict.fromkeys(u for u in graph if u.op is Ops.PARAM))
     self.next_slot = self.first_temp_slot = max((p.arg[0] + 1 for p in params), default=0)
-    for p in params: self.buffer_of[p] = self.declare(p.arg[1], p.dtype, p.shape, p.arg[0])
-    for b in dict.fromkeys(u for u in graph if u.op is Ops.BUFFER): self.buffer_of[b] = self.declare(b.arg[1], b.dtype, b.shape)
+    for p in params: self.buffer_of[p] = self.declare(p.arg[1], p.dtype, p.shape, p.arg[0], p.device)
+    for b in dict.fromkeys(u for u in graph if u.op is Ops.BUFFER): self.buffer_of[b] = self.declare(b.arg[1], b.dtype, b.shape, device=b.device)
     self.emit(order)
     self.variables = tuple(sorted((u for u in sink.toposort() if u.op is Ops.DEFINE_VAR), key=lambda v: v.arg[0]))
 
@@ -494,7 +494,7 @@ class _Rangeify:
       elif u in realized: self.buffer_of[u] = self.realize(u, lambda buf: self.kernel(buf, u, None, realize=True))
 
   def realize(self, u: UOp, write) -> BufferInfo:
-    buf = self.declare(self.fresh_name(), u.dtype, u.shape)
+    buf = self.declare(self.fresh_name(), u.dtype, u.shape, device=u.device)
     write(buf)
     return buf
 
@@ -537,11 +537,11 @@ class _Rangeify:
       self.kernels += self.callees[body][1].kernels
     return self.callees[body]
 
-  def declare(self, name: str, dtype: DType, shape, slot: int | None = None) -> BufferInfo:
-    """An entry argument (at its slot) or an intermediate (at the next free slot)."""
+  def declare(self, name: str, dtype: DType, shape, slot: int | None = None, device=None) -> BufferInfo:
+    """An entry argument (at its slot) or an intermediate (at the next free slot), on `device`."""
     if name in self.buffers: raise CompileError([error(None, f"two different buffers are named '{name}'")])
     if slot is None: slot, self.next_slot = self.next_slot, self.next_slot + 1
-    self.buffers[name] = self.by_slot[slot] = BufferInfo(name, dtype, shape, slot, slot < self.first_temp_slot)
+    self.buffers[name] = self.by_slot[slot] = BufferInfo(name, dtype, shape, slot, slot < self.first_temp_slot, device)
     return self.buffers[name]
 
   def fresh_name(self) -> str:
@@ -584,8 +584,12 @@ class _Rangeify:
 
   def launch(self, sink: UOp) -> None:
     """A kernel of this program, run once with its PARAM slots bound to the buffers of those slots."""
-    slots = sorted({u.arg[0] for u in sink.toposort() if u.op is Ops.PARAM})
-    self.launches.append(Launch(len(self.kernels), tuple((s, self.by_slot[s]) for s in slots)))
+    nodes = sink.toposort()
+    slots = sorted({u.arg[0] for u in nodes if u.op is Ops.PARAM})
+    written = [self.by_slot[_slot(u.src[0])].device for u in nodes if u.op is Ops.STORE and _slot(u.src[0]) is not None]
+    device = written[0] if written else None
+    peers = tuple(dict.fromkeys(d for s in slots if (d := self.by_slot[s].device) not in (device, None)))
+    self.launches.append(Launch(len(self.kernels), tuple((s, self.by_slot[s]) for s in slots), device, peers))
     self.kernels.append(sink)
 
 
