@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import argparse
 import ctypes
-import os
 import statistics
 import sys
 import tempfile
@@ -96,5 +95,4 @@ def main(argv: list[str]) -> int:
 
 
 if __name__ == "__main__":
-  os.environ.setdefault("CUDA", "1")
   sys.exit(main(sys.argv[1:]))
