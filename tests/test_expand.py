@@ -104,3 +104,15 @@ def test_expanded_kernels_match_numpy(tmp_path):
   x = random_inputs(funcs[2], 2)
   p = np.pad(x["x"], ((0, 0), (1, 1)))
   np.testing.assert_allclose(run_func(lib, funcs[2], x)["out"], p[:, :-2] + p[:, 1:-1] + p[:, 2:], rtol=1e-6)
+
+
+def test_an_integer_accumulator_buried_by_reassociation_still_unrolls(tmp_path):
+  """Found by the tinygrad fuzzer: symbolic regroups an integer update acc + (3x + 1) as (3x + acc) + 1;
+  Optimize puts the accumulator back on top (stages/accumulators.py), so an unrolled sum still folds."""
+  from uopc.run import run_file
+  (tmp_path / "s.uop").write_text('func f {\n  %out = PARAM([]) {(1, "out")} : f32\n  %x = PARAM([5]) {(0, "x")} : i32\n'
+                                  '  %a = MUL(%x, 3)\n  %b = ADD(%a, 1)\n  %s = REDUCE(%b) {(ADD, (0,))}\n  %r = RESHAPE(%s, [])\n'
+                                  '  %c = CAST(%r) : f32\n  STORE(%out, %c)\n}\n')
+  x = np.array([1, -2, 3, 4, -5], np.int32)
+  for target in ("c", "llvm"):
+    assert float(run_file(tmp_path / "s.uop", target=target, inputs={"x": x}).arrays["out"]) == float((3 * x + 1).sum())

@@ -62,6 +62,7 @@ from uopc.dtype import AddrSpace, PtrDType, dtypes
 from uopc.ops import AxisType, GroupOp, Ops
 from uopc.rewrite import substitute
 from uopc.stages.tensor_cores import CUDA_TENSOR_CORES, WARP_SIZE, TensorCore
+from uopc.stages.accumulators import accumulator_first
 from uopc.symbolic import simplify
 from uopc.uop import UOp
 
@@ -677,7 +678,7 @@ def optimize(sink: UOp, kernel: str, caps: TargetCaps, pinned: tuple[Opt, ...] |
   new)` hands each replaced node's source location to its replacement."""
   if not all(is_axis(r) for r in kernel_axes(sink)): return KernelSchedule(sink, (), caps)  # an untyped legacy RANGE: as written
   trace: Trace = []
-  typed = type_axes(sink, caps, trace)
+  typed = type_axes(accumulator_first(sink), caps, trace)
   opts = pinned if pinned is not None else heuristic_opts(typed, caps)
   out = KernelSchedule(apply_opts(typed, opts, caps, kernel, trace), opts, caps)
   for old, new in trace: relocate(old, new)
