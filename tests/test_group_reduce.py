@@ -76,9 +76,13 @@ def test_gpu_heuristics_share_long_row_reductions_across_a_workgroup():
 
 
 def test_gpu_heuristics_keep_threads_per_output_where_outputs_read_contiguously_or_reductions_are_short():
-  assert _heuristics(gemm(64, 1024, 64)) == ["SPLIT(1,4,u),SPLIT(1,16,l)"]       # b's rows: coalesced along n
-  assert "G" not in _heuristics(reduction(1024, 512, "MAX", 0))[0]               # column max: coalesced along columns
-  assert "G" not in _heuristics(row_reduce(64, 128, "ADD"))[0]                   # too short to share
+  # b's rows: 16 threads along n, coalesced; 4096 outputs are too few threads for the GPU, so 8 threads
+  # share each output's reduction (uopc.stages.gpu_schedule: split-k), not a workgroup per row
+  assert _heuristics(gemm(64, 1024, 64)) == ["SPLIT(1,2,u),SPLIT(3,8,G,top),SPLIT(1,16,l),SPLIT(5,4,r)"]
+  # column max: threads along the columns (coalesced), 16 of them sharing each column's 1024 rows in blocks
+  assert _heuristics(reduction(1024, 512, "MAX", 0)) == ["SPLIT(1,16,G,top),SPLIT(0,8,l),SPLIT(3,4,r)"]
+  # too short for a workgroup per row; 64 outputs are few threads, so 2 share each (64 elements each)
+  assert _heuristics(row_reduce(64, 128, "ADD")) == ["SPLIT(1,2,G,top),SPLIT(0,16,l),SPLIT(3,4,r)"]
 
 
 # ---- the opt and its refusals --------------------------------------------------------------------------

@@ -32,7 +32,7 @@ import functools
 import math
 from dataclasses import dataclass
 from itertools import product
-from typing import Callable
+from typing import Callable, Mapping
 
 from uopc.diagnostics import CompileError, error
 from uopc.dtype import AddrSpace, PtrDType, dtypes
@@ -109,7 +109,10 @@ def group_reduce(sink: UOp, trace: Trace | None = None) -> UOp:
   reduction. Each read of an accumulator after its loop becomes the combination of all threads'
   partials through LOCAL memory (see `_combine`), so every thread holds the reduced value. A kernel's
   global STORE outside every LOCAL axis of g's workgroup dimension stores a value equal on all its
-  threads then: thread 0 alone does it."""
+  threads then: thread 0 alone does it. The workgroup's other threads (LOCAL axes of other dimensions
+  around the read: a register-tiled gemm's threads along its output axes, each sharing its outputs'
+  reductions with its own GROUP_REDUCE threads) combine their own partials: the LOCAL buffers hold a
+  row of partials for each of them."""
   gs = [r for r in kernel_axes(sink) if is_axis(r) and axis_type(r) is AxisType.GROUP_REDUCE]
   if not gs: return sink
   scope = scopes(sink)
@@ -131,7 +134,7 @@ def group_reduce(sink: UOp, trace: Trace | None = None) -> UOp:
       src = tuple(memo[s] for s in u.src if not (u.op is Ops.AFTER and s in lid))
       new = u if src == u.src else src[0] if u.op is Ops.AFTER and len(src) == 1 else u.replace(src=src)
       if u.op is Ops.LOAD and u.src[0].op is Ops.INDEX and (g_op := reducing.get(root_buffer(u.src[0]))) and g_op[0] not in scope[u]:
-        new = _combine(new, g_op[1], lid[g_op[0]], names)
+        new = _combine(new, g_op[1], lid[g_op[0]], names, _other_threads(scope[u], lid))
       elif u.op is Ops.STORE and u.src[0].op is Ops.INDEX and _is_global(root_buffer(u.src[0])) and (gate := uniform_gate(u)) is not None:
         new = new.replace(src=new.src[:2] + ((new.src[2].alu(Ops.AND, gate),) if len(new.src) == 3 else (gate,)))
     memo[u] = new
@@ -177,22 +180,36 @@ def _group_split(k: int) -> tuple[int, int]:
   return k // b, b
 
 
-def _combine(partial: UOp, op: Ops, lid: UOp, names: _Names) -> UOp:
+def _other_threads(scope: frozenset, lid: Mapping[UOp, UOp]) -> tuple[UOp, int]:
+  """The flat index of the LOCAL axes in `scope` that are not GROUP_REDUCE dimensions (`lid`'s keys),
+  the innermost fastest, and how many values it takes (0, 1 where there are none)."""
+  flat, count = _idx(0), 1
+  for r in sorted((r for r in scope if is_axis(r) and axis_type(r) is AxisType.LOCAL and r not in lid), key=lambda r: r.arg[0]):
+    flat, count = flat.alu(Ops.MUL, _idx(axis_size(r))).alu(Ops.ADD, r), count * axis_size(r)
+  return simplify(flat), count
+
+
+def _combine(partial: UOp, op: Ops, lid: UOp, names: _Names, others: tuple[UOp, int] | None = None) -> UOp:
   """partial = LOAD(acc[off]), this thread's share of a reduction, and the value of all the workgroup's
   k shares, through LOCAL memory: each thread stores its partial (thread t at t * S + off, S = acc's
   size) and a BARRIER. With k = a * b (b > 1, see `_group_split`), threads t < a fold the b partials
   of group t in thread order into a second LOCAL buffer and a BARRIER, so that each thread folds
   a + b values instead of k; every thread then folds the a group values (or, for a prime k, the k
   partials) in order, so all threads get the same bits; a last BARRIER before the LOCAL buffers can be
-  written again (by the next iteration of an enclosing loop)."""
+  written again (by the next iteration of an enclosing loop). `others` (the flat index of the thread
+  among the workgroup's other threads, and their count) picks each one's own row of the buffers."""
   acc, off, k, dt = partial.src[0].dtype, partial.src[0].src[1], axis_size(lid), partial.dtype
-  def at(buf: UOp, i: UOp) -> UOp: return UOp(Ops.INDEX, buf.dtype, (buf, simplify(i.alu(Ops.MUL, _idx(acc.size)).alu(Ops.ADD, off))))
+  row, rows = others or (_idx(0), 1)
+  def at(buf: UOp, n: int, i: UOp) -> UOp:
+    flat = row.alu(Ops.MUL, _idx(n)).alu(Ops.ADD, i).alu(Ops.MUL, _idx(acc.size)).alu(Ops.ADD, off)
+    return UOp(Ops.INDEX, buf.dtype, (buf, simplify(flat)))
   def shared(name: str, n: int, i: UOp, value: UOp, gate: UOp | None = None) -> Callable[[UOp], UOp]:
-    """A LOCAL buffer of n values per element of acc, `value` stored at [i] (where `gate`), and a reader after a BARRIER."""
-    buf = names.buffer(acc.base.ptr(AddrSpace.LOCAL, acc.size * n), name)
-    wrote = UOp(Ops.STORE, dtypes.void, (at(buf, i), value) + ((gate,) if gate is not None else ()))
+    """A LOCAL buffer of n values per element of acc (and per other thread), `value` stored at [i] (where
+    `gate`), and a reader after a BARRIER."""
+    buf = names.buffer(acc.base.ptr(AddrSpace.LOCAL, acc.size * n * rows), name)
+    wrote = UOp(Ops.STORE, dtypes.void, (at(buf, n, i), value) + ((gate,) if gate is not None else ()))
     synced = UOp(Ops.AFTER, buf.dtype, (buf, UOp(Ops.BARRIER, dtypes.void, (wrote,))))
-    return lambda j: UOp(Ops.LOAD, dt, (at(synced, j),))
+    return lambda j: UOp(Ops.LOAD, dt, (at(synced, n, j),))
   part = shared("part", k, lid, partial)
   a, b = _group_split(k)
   if b > 1:

@@ -903,7 +903,9 @@ def _gpu_heuristics(plan: _Planner) -> None:
   thread per row reads its row with a stride) is shared by a workgroup (GROUP_REDUCE), whose threads
   read consecutive runs of GROUP_UNROLL elements; the output elements go on the grid. Its sibling reductions (a fused
   softmax's max and sum) are shared by the same threads, as are its sibling output loops (softmax's
-  division), 4-wide vectors per thread. Otherwise a workgroup along the contiguous output axis
+  division), 4-wide vectors per thread. Another reduction over output axes (a float32 gemm, a
+  convolution, attention's products) gets register tiles, unrolls and a workgroup over several output
+  axes (`uopc.stages.gpu_schedule`). Otherwise (elementwise) a workgroup along the contiguous output axis
   (LOCAL) and 4-wide vectors per thread (UPCAST)."""
   if _tensor_core_heuristics(plan): return
   if threads := _group_reduce(plan):
@@ -911,6 +913,8 @@ def _gpu_heuristics(plan: _Planner) -> None:
       plan.split_by_first(i, (4,), AxisType.UPCAST)
       plan.split_by_first(i, (threads,), AxisType.LOCAL)
     return
+  from uopc.stages.gpu_schedule import tiled_reduction  # it builds on this module's helpers
+  if tiled_reduction(plan): return
   inner = _contiguous_output(plan)
   if inner is None: return
   plan.split_by_first(inner, (4,), AxisType.UPCAST)

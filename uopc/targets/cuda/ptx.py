@@ -251,10 +251,40 @@ def _mov_type(dt: DType) -> str:
   return cls if cls in ("f32", "f64") else "b" + cls[1:]
 
 
+class _RegArray:
+  """A REG buffer whose every access is at a constant offset (a register tile's accumulators after
+  Expand): one PTX register per element, read and written by `mov`. As a `.local` array it would rely
+  on ptxas to promote it to registers, which ptxas does not always do (a 4 x 8 tile's 32 accumulators
+  stayed in local memory: 128 bytes of stack frame, every update a local load and store)."""
+
+  def __init__(self, dt: DType):
+    self.dt, self.regs = dt, {}
+
+  def reg(self, k: _Kernel, i: int) -> str:
+    if i not in self.regs: self.regs[i] = k.new(self.dt)
+    return self.regs[i]
+
+
+@dataclass(frozen=True)
+class _RegSlot:
+  """An INDEX into a _RegArray: its elements from `offset` on."""
+  array: _RegArray
+  offset: int
+
+
+def _in_registers(k: _Kernel, buf: UOp) -> bool:
+  """A REG buffer of a non-bool dtype that is only ever indexed at constant offsets."""
+  if buf.dtype.addrspace is not AddrSpace.REG or buf.dtype.base.scalar is dtypes.bool: return False
+  return all(u.src[1].op is Ops.CONST for u in k.uops if u.op is Ops.INDEX and _root(u.src[0]) is buf)
+
+
 def _buffer(k: _Kernel, u: UOp) -> None:
   dt = u.dtype
   if not isinstance(dt, PtrDType) or dt.addrspace is AddrSpace.GLOBAL or dt.size < 0:
     raise k.fail(u, f"BUFFER of dtype {dt}: only sized LOCAL/REG buffers are kernel arrays")
+  if _in_registers(k, u):
+    k.r[u] = _RegArray(dt.base.scalar)
+    return
   space, prefix = (".shared", "temp") if dt.addrspace is AddrSpace.LOCAL else (".local", "acc")
   name = f"{prefix}{len(k.arrays)}"
   k.arrays.append(f"  {space} .align 16 .b8 {name}[{max(1, dt.size * dt.base.itemsize)}];")
@@ -316,6 +346,9 @@ def _index(k: _Kernel, u: UOp) -> None:
   if len(u.src) != 2 or not isinstance(u.src[0].dtype, PtrDType): raise k.fail(u, "INDEX must be INDEX(pointer, offset)")
   base, off = k.r[u.src[0]], u.src[1]
   size = u.src[0].dtype.base.itemsize
+  if isinstance(base, _RegArray):
+    k.r[u] = _RegSlot(base, int(off.arg))
+    return
   if off.op is Ops.CONST:
     k.r[u] = k.op1("add.s64", dtypes.uint64, base, str(int(off.arg) * size))
     return
@@ -347,6 +380,13 @@ def _load(k: _Kernel, u: UOp) -> None:
   space, addr, gate = _access(k, u, u.dtype)
   dt, n = u.dtype.scalar, u.dtype.count
   guard = f"@{gate} " if gate else ""
+  if isinstance(addr, _RegSlot):  # a copy of each element: later stores overwrite the element's register
+    out = [k.new(dt) for _ in range(n)]
+    for j, d in enumerate(out):
+      if gate: k.emit(f"mov.{_mov_type(dt)} {d}, {k.lanes(u.src[1])[j]}")
+      k.emit(f"{guard}mov.{_mov_type(dt)} {d}, {addr.array.reg(k, addr.offset + j)}")
+    k.set_lanes(u, out)
+    return
   raw_dt = dtypes.uint32 if dt is dtypes.bool else dt
   out = [k.new(raw_dt) for _ in range(n)]
   if gate:
@@ -376,8 +416,11 @@ def _store(k: _Kernel, u: UOp) -> None:
   space, addr, gate = _access(k, u, value.dtype)
   dt = value.dtype.scalar
   regs = list(k.lanes(value))
-  if dt is dtypes.bool: regs = [k.op1("selp.u32", dtypes.uint32, "1", "0", p) for p in regs]
   guard = f"@{gate} " if gate else ""
+  if isinstance(addr, _RegSlot):
+    for j, r in enumerate(regs): k.emit(f"{guard}mov.{_mov_type(dt)} {addr.array.reg(k, addr.offset + j)}, {r}")
+    return
+  if dt is dtypes.bool: regs = [k.op1("selp.u32", dtypes.uint32, "1", "0", p) for p in regs]
   width = _vector_width(value.dtype)
   for j in range(0, len(regs), width):
     src = regs[j] if width == 1 else "{" + ", ".join(regs[j:j + width]) + "}"

@@ -308,6 +308,8 @@ def _in_float(dt: DType, template: str, *xs: str) -> str:
 
 def _alu_expr(k: _Kernel, u: UOp) -> str:
   op, dt, xs = u.op, u.dtype, _operands(k, u)
+  if op in (Ops.AND, Ops.OR) and dt.scalar is dtypes.bool and dt.count == 1:  # the same value; `&` on bools is an error under -Werror
+    return f"({xs[0]}{'&&' if op is Ops.AND else '||'}{xs[1]})"
   if op in _INFIX: return f"({xs[0]}{_INFIX[op]}{xs[1]})"
   if op is Ops.MAX: return f"{'uopc_fmax' if dt.scalar.is_float() else 'max'}({xs[0]}, {xs[1]})"
   if op is Ops.WHERE: return f"({xs[0]}?{xs[1]}:{xs[2]})" if dt.count == 1 else f"select({xs[2]}, {xs[1]}, {xs[0]})"

@@ -1,0 +1,90 @@
+"""GPU schedules of reductions over output axes (uopc.stages.gpu_schedule): which opts the heuristics
+pick (register tiles, unrolls, multi-axis workgroups, shared reductions for small kernels), that the
+kernels they make compute the same as -t c in the emulator (which also reports races and missing
+BARRIERs), with the tiles the heuristics give large kernels forced onto small ones, and that the PTX
+keeps a register tile's accumulators in registers and assembles for sm_80 and sm_90."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import uopc.stages.gpu_schedule as gs
+from test_cuda_ptx import PTXAS, needs_ptxas, ptxas_accepts
+from test_optimize import GPU, kernels_of
+from test_tensor_programs import Func, attention, conv2d, gemm, mlp
+from uopc.driver import BuildOptions, build
+from uopc.run import run_file
+from uopc.stages.optimize import apply_opts, format_axes, heuristic_opts
+
+
+def schedule(f: Func) -> list[str]:
+  """Each kernel's axes after the heuristics' opts, as --print-after optimize shows them."""
+  return [format_axes(apply_opts(k, heuristic_opts(k, GPU), GPU, "k")) for k in kernels_of(f.text(), GPU).values()]
+
+
+def test_a_large_gemm_gets_a_register_tile_a_two_axis_workgroup_and_an_unrolled_reduction():
+  # rows u8 (a's values serve 4 columns), columns u4 (16-byte loads of b and stores of c), 8 x 16 threads
+  assert schedule(gemm(1024, 1024, 1024)) == ["g16 l8 u8 g16 l16 u4 R256 r4"]
+
+
+def test_a_convolution_unrolls_its_window_and_tiles_its_output_channels_not_its_padded_rows():
+  # 64 x 28 x 28 outputs are too few threads for a 4 x 8 tile: 4 x 4, and 8 threads share each reduction
+  assert schedule(conv2d(64, 28, 28, 64, 3, 3, 1)) == ["g8 l2 u4 g28 l7 u4 r9 G8 R2 r4"]
+
+
+def test_a_small_kernel_keeps_the_gpu_busy_before_it_tiles():
+  # 64 x 64 outputs: 2 per thread, 8 threads sharing each reduction of 1024
+  assert schedule(gemm(64, 1024, 64)) == ["g64 g2 l16 u2 G8 R32 r4"]
+
+
+def test_sibling_reductions_share_threads_and_keep_the_tile_within_the_accumulator_budget():
+  f = Func("swiglu")
+  x, a, b = f.param("x", (32, 256)), f.param("a", (256, 512)), f.param("b", (256, 512))
+  out = f.param("out", (32, 512), out=True)
+  f.store(out, f.op("MUL", f.matmul(x, a, 32, 256, 512), f.matmul(x, b, 32, 256, 512)))
+  [axes] = schedule(f)
+  assert axes.count("G") in (0, 2)  # both reductions or neither
+  assert "u8" not in axes           # 2 accumulators per tile element: at most 4 x 4
+
+
+def emulated_matches_c(f: Func, tmp_path, monkeypatch, out: str = "out") -> None:
+  """f's kernels with big tiles forced onto small shapes (the thread floors lowered), emulated as -t cuda
+  lowers them, against the -t c build on the same inputs."""
+  monkeypatch.setattr(gs, "GPU_MIN_THREADS", 64)
+  monkeypatch.setattr(gs, "GPU_TILE_THREADS", 16)
+  path = tmp_path / f"{f.name}.uop"
+  path.write_text(f.text())
+  want = run_file(path, target="c", seed=1).arrays
+  got = run_file(path, target="cuda", inputs={k: v for k, v in want.items() if k != out}, emulated=True).arrays[out]
+  np.testing.assert_allclose(got, want[out], rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize("f, out", [(gemm(32, 64, 64), "c"), (conv2d(8, 12, 12, 16, 3, 3, 1), "out"), (mlp(8, 64, 128, 16), "out"),
+                                    (attention(16, 32, 8), "out")], ids=["gemm", "conv", "mlp", "attention"])
+def test_tiled_kernels_compute_what_the_c_target_does_in_the_emulator(f, out, tmp_path, monkeypatch):
+  emulated_matches_c(f, tmp_path, monkeypatch, out)
+
+
+def test_shared_reductions_beside_other_workgroup_axes_combine_each_threads_own_partials(tmp_path, monkeypatch):
+  """GROUP_REDUCE threads with LOCAL threads along the outputs: each output's partials in their own row
+  of the LOCAL buffer (the emulator reports two threads writing one element as a missing BARRIER)."""
+  monkeypatch.setattr(gs, "GPU_MIN_THREADS", 1 << 14)
+  monkeypatch.setattr(gs, "GPU_TILE_THREADS", 1 << 12)
+  f = gemm(16, 512, 32)
+  assert "G" in schedule(f)[0] and "l" in schedule(f)[0]
+  path = tmp_path / "gemm.uop"
+  path.write_text(f.text())
+  want = run_file(path, target="c", seed=2).arrays
+  got = run_file(path, target="cuda", inputs={k: v for k, v in want.items() if k != "c"}, emulated=True).arrays["c"]
+  np.testing.assert_allclose(got, want["c"], rtol=1e-5, atol=1e-5)
+
+
+@needs_ptxas
+def test_a_register_tile_stays_in_registers_and_assembles(tmp_path):
+  path = tmp_path / "gemm.uop"
+  path.write_text(gemm(1024, 1024, 1024).text())
+  build(path, BuildOptions(target="cuda", out_dir=tmp_path, emit=("ptx",)))
+  ptx = (tmp_path / "gemm.ptx").read_text()
+  assert ".local" not in ptx and "ld.global.v4.f32" in ptx  # 32 accumulators as registers; b read 16 bytes at a time
+  for arch in ("sm_80", "sm_90"): ptxas_accepts(ptx, arch, tmp_path)
+  assert PTXAS is not None

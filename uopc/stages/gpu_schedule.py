@@ -1,0 +1,181 @@
+"""GPU schedules of reductions over output axes (gemm, convolution, attention's products): register
+tiles, reduction unrolls, multi-axis workgroups and, for kernels too small to fill the GPU, workgroups
+that share each output's reduction.
+
+A kernel reaches here from Optimize's GPU heuristics when it has REDUCE axes nested in its GLOBAL
+output axes and neither the tensor cores nor a row reduction's shared workgroup took it. Each thread
+then computes a register tile of outputs: `u_inner` consecutive outputs along the contiguous output
+axis (one 16-byte store, and 16-byte loads of every input read along it) times `u_other` along a
+second output axis that some input does not depend on (a gemm's rows, a convolution's output
+channels): each value loaded once serves every tile element that does not move it, so a 4 x 4 tile
+does 16 multiply-adds per 8 loads where one output per thread does one per 2. The reduction is unrolled
+(short axes whole, a convolution's window; the longest by 4), giving independent loads to overlap and,
+where an input is contiguous along the reduction, 16-byte loads of it. Workgroups span up to three
+output axes (the contiguous one first, so that a warp's loads and stores are coalesced), any divisor
+of an axis, not just powers of two (a 28-wide image row is 7 threads of 4).
+
+Invariants:
+- every opt goes through `_Planner.apply`, which refuses what Optimize's `apply_opt` refuses, so a
+  schedule made here is always legal, and `--opts` can pin any of it;
+- the tile never leaves fewer than GPU_MIN_THREADS threads where a smaller tile would keep that many
+  (a small kernel keeps the GPU's multiprocessors busy before it saves loads); where even one output
+  per thread leaves fewer and the reduction is long, GROUP_REDUCE threads share each output's
+  reduction (split-k inside a workgroup: partials combined through LOCAL memory by Expand), which
+  changes the order of a float sum in a fixed way that depends on the schedule, not on the machine;
+- only sizes known at compile time are split; everything else keeps Optimize's defaults.
+"""
+from __future__ import annotations
+
+import math
+
+from uopc.ops import AxisType, Ops
+from uopc.stages.optimize import (_contiguous_output, _in_gated_load, _is_global, _memory_ops, _Planner, _selects,
+                                  accumulator_update, kernel_axes, nested_with, root_buffer)
+
+GPU_MIN_THREADS = 1 << 14    # threads that keep a large GPU's multiprocessors busy (an H100: 132 of them, 4 warps each)
+GPU_TILE_THREADS = 1 << 11   # threads a register tile may leave where the reduction is then shared (GPU_GROUPS)
+GPU_TILES = ((4, 8), (4, 4), (4, 2), (4, 1), (2, 1))  # (u_inner, u_other), largest first
+GPU_TILE_ACCS = 32           # accumulators a thread keeps at most (tile elements times the kernel's sibling reductions)
+GPU_PARTIAL_BYTES = 16384    # LOCAL memory a workgroup's shared reductions may use for their partials
+GPU_WORKGROUP = 128          # threads of a tiled kernel's workgroup ...
+GPU_MIN_WORKGROUPS = 256     # ... fewer where it would leave fewer workgroups than this (down to a warp)
+GPU_INNER_THREADS = 16       # threads along the contiguous axis at most: 16 x 4 floats = 256 contiguous bytes
+GPU_SHORT_REDUCE = 4         # reduce axes up to this size are unrolled whole (a convolution's 3 x 3 window)
+GPU_UNROLL = 4               # the longest reduce axis is unrolled by this much
+GPU_UNROLL_MAX = 36          # copies of the body the unrolls make at most
+GPU_GROUP_MIN = 64           # reduce iterations per thread from which sharing a reduction pays
+GPU_GROUPS = (2, 4, 8, 16)   # GROUP_REDUCE threads per output: the fewest that reach GPU_MIN_THREADS
+
+
+def tiled_reduction(plan: _Planner) -> bool:
+  """Schedule a reduction over output axes (module docstring); False (nothing applied) when the kernel
+  has no REDUCE axis, no output axis of a known size, or a LOOP axis beside a reduction (a fused
+  softmax's output loop beside its row reductions: every thread of a workgroup would run it; an outer
+  LOOP around them all, a batch axis beyond the grid's three, is each thread's loop)."""
+  outputs = [i for i in plan.axes(AxisType.GLOBAL) if isinstance(plan.size(i), int)]
+  axes, near = kernel_axes(plan.sink), nested_with(plan.sink)
+  reduces = {axes[i] for i in plan.axes(AxisType.REDUCE)}
+  if not reduces or not outputs or any(not reduces <= near.get(axes[i], frozenset()) for i in plan.axes(AxisType.LOOP)): return False
+  inner = _contiguous_output(plan)
+  other = _reuse_axis(plan, [i for i in outputs if i != inner])
+  accs = max(1, _accumulators(plan))
+  tile = _tile(plan, inner, other, _shareable(plan), accs)
+  tiled = [a for a in (inner, other) if a is not None]
+  for axis, k in sorted(zip((inner, other), tile), key=lambda t: -1 if t[0] is None else t[0], reverse=True):
+    if axis is not None and k > 1: tiled = _split(plan, axis, k, AxisType.UPCAST, tiled)[1]
+  threads = _threads(plan)
+  groups, tiled = _share_reduction(plan, threads, tiled) if threads < GPU_MIN_THREADS else (1, tiled)
+  budget = GPU_WORKGROUP // groups
+  if groups > 1:  # each thread's partials, one per accumulator, go through LOCAL memory
+    budget = min(budget, max(1, GPU_PARTIAL_BYTES // (4 * accs * tile[0] * tile[1] * groups)))
+  while budget > 32 and threads // budget < GPU_MIN_WORKGROUPS: budget //= 2
+  _workgroup(plan, tiled, budget)
+  _unroll(plan)
+  return True
+
+
+def _split(plan: _Planner, axis: int, k: int, t: AxisType, tracked: list[int], top: bool = False) -> tuple[bool, list[int]]:
+  """Split `axis` (see `_Planner.split_by_first`): whether it applied, and the `tracked` axis indices as
+  they are after it (a split into two parts moves every later axis up by one)."""
+  n = len(kernel_axes(plan.sink))
+  if not plan.split_by_first(axis, (k,), t, top): return False, tracked
+  grew = len(kernel_axes(plan.sink)) - n
+  return True, [a + grew if a > axis else a for a in tracked]
+
+
+def _reuse_axis(plan: _Planner, candidates: list[int]) -> int | None:
+  """The register tile's second axis: an output axis that some global input does not depend on (its
+  loaded values serve the whole tile along it) and, preferably, no gated load depends on (a padded
+  convolution's border checks would be made lane by lane); the largest such."""
+  axes = kernel_axes(plan.sink)
+  loads = [u for u in _memory_ops(plan.sink) if u.op is Ops.LOAD and _is_global(root_buffer(u.src[0]))]
+  def reused(i: int) -> bool: return any(axes[i] not in u.src[0].toposort() for u in loads)
+  fits = [i for i in candidates if reused(i)]
+  return max(fits, key=lambda i: (not _in_gated_load(plan, i), plan.size(i), i), default=None)
+
+
+def _shareable(plan: _Planner) -> bool:
+  """The reduction is long enough to be shared by GROUP_REDUCE threads (see _share_reduction)."""
+  return _reduce_iterations(plan) >= 2 * GPU_GROUP_MIN
+
+
+def _reduce_iterations(plan: _Planner) -> int:
+  return math.prod(s for i in plan.axes(AxisType.REDUCE, AxisType.UNROLL) if isinstance(s := plan.size(i), int))
+
+
+def _accumulators(plan: _Planner) -> int:
+  """The REG accumulators the kernel's reductions update (a fused SwiGLU's two products: 2)."""
+  return len({root_buffer(u.src[0]) for u in _memory_ops(plan.sink) if u.op is Ops.STORE and accumulator_update(u) is not None})
+
+
+def _tile(plan: _Planner, inner: int | None, other: int | None, shareable: bool, accs: int) -> tuple[int, int]:
+  """(u_inner, u_other): the largest tile of GPU_TILES that divides the axes, keeps GPU_TILE_ACCS
+  accumulators or fewer (`accs` per tile element) and leaves GPU_MIN_THREADS threads (GPU_TILE_THREADS
+  where the reduction can be shared to make up the rest), else (1, 1)."""
+  total = math.prod(plan.size(i) for i in plan.axes(AxisType.GLOBAL) if isinstance(plan.size(i), int))
+  floor = GPU_TILE_THREADS if shareable else GPU_MIN_THREADS
+  def divides(axis: int | None, k: int) -> bool: return k == 1 or (axis is not None and plan.size(axis) % k == 0)
+  def shape(ui: int, uo: int) -> tuple[int, int]: return (ui if inner is not None else 1, uo if other is not None else 1)
+  shapes = [s for s in dict.fromkeys(shape(*t) for t in GPU_TILES)
+            if divides(inner, s[0]) and divides(other, s[1]) and s[0] * s[1] * accs <= GPU_TILE_ACCS]
+  return next((s for s in shapes if total // (s[0] * s[1]) >= floor), (1, 1))
+
+
+def _unroll(plan: _Planner) -> None:
+  """Short reduce axes (GPU_SHORT_REDUCE or less, and those that select among stacked values) unrolled
+  whole, then the longest other one of each nest of reduce loops (sibling reductions, such as a fused
+  SwiGLU's two products, each get theirs) by GPU_UNROLL (or 2); at most GPU_UNROLL_MAX copies of the
+  body of a nest. Decided first, then applied from the last axis (a split renumbers only later axes)."""
+  axes, near = kernel_axes(plan.sink), nested_with(plan.sink)
+  reduces = [i for i in plan.axes(AxisType.REDUCE) if isinstance(plan.size(i), int)]
+  def nest(i: int) -> list[int]: return [j for j in reduces if axes[j] in near.get(axes[i], frozenset())]
+  whole: dict[int, int] = {}
+  for i in reversed(reduces):
+    copies = math.prod(whole.get(j, 1) for j in nest(i))
+    if (plan.size(i) <= GPU_SHORT_REDUCE or _selects(plan, i)) and copies * plan.size(i) <= GPU_UNROLL_MAX: whole[i] = plan.size(i)
+  splits = dict(whole)
+  for i in sorted((i for i in reduces if i not in whole), key=lambda i: -plan.size(i)):
+    copies = math.prod(whole.get(j, 1) for j in nest(i))
+    if not any(j in splits for j in nest(i) if j not in whole) and copies * GPU_UNROLL <= GPU_UNROLL_MAX:
+      splits[i] = next((k for k in (GPU_UNROLL, 2) if plan.size(i) % k == 0 and plan.size(i) > k), 0)
+  for i in sorted(splits, reverse=True):
+    if splits[i]: plan.split_by_first(i, (splits[i],), AxisType.UNROLL)
+
+
+def _threads(plan: _Planner) -> int:
+  """Threads the kernel runs: the product of its GLOBAL and LOCAL axes."""
+  return math.prod(s for i in plan.axes(AxisType.GLOBAL, AxisType.LOCAL) if isinstance(s := plan.size(i), int))
+
+
+def _share_reduction(plan: _Planner, threads: int, tracked: list[int]) -> tuple[int, list[int]]:
+  """GROUP_REDUCE threads on the longest REDUCE axis and its siblings (reduce loops beside it, not
+  nested with it: the same threads share each), the fewest of GPU_GROUPS that reach GPU_MIN_THREADS
+  (else the most), each thread keeping GPU_GROUP_MIN iterations or more: how many (1: none), and the
+  `tracked` axes after the splits."""
+  axes, near = kernel_axes(plan.sink), nested_with(plan.sink)
+  long = [i for i in plan.axes(AxisType.REDUCE) if isinstance(plan.size(i), int)]
+  if not long: return 1, tracked
+  best = max(long, key=lambda i: (plan.size(i), i))
+  fits = [g for g in GPU_GROUPS if plan.size(best) % g == 0 and _reduce_iterations(plan) // g >= GPU_GROUP_MIN]
+  if not fits: return 1, tracked
+  g = next((g for g in fits if threads * g >= GPU_MIN_THREADS), fits[-1])
+  shared = [i for i in long if i == best or (axes[i] not in near.get(axes[best], frozenset()) and plan.size(i) % g == 0)]
+  applied = False
+  for i in sorted(shared, reverse=True):
+    done, tracked = _split(plan, i, g, AxisType.GROUP_REDUCE, tracked, top=True)
+    applied = applied or done
+  return (g if applied else 1), tracked
+
+
+def _workgroup(plan: _Planner, first: list[int], budget: int) -> None:
+  """LOCAL threads over up to three output axes, `first` (the tile's axes, contiguous one first) before
+  the others, each the largest divisor of the axis within what is left of `budget` (the contiguous axis
+  at most GPU_INNER_THREADS)."""
+  order = first + sorted((i for i in plan.axes(AxisType.GLOBAL) if i not in first), reverse=True)
+  for n in range(min(3, len(order))):
+    axis, size = order[n], plan.size(order[n])
+    if budget < 2 or not isinstance(size, int): continue
+    cap = min(budget, GPU_INNER_THREADS) if n == 0 else budget
+    k = max(d for d in range(1, min(size, cap) + 1) if size % d == 0)
+    applied, order = _split(plan, axis, k, AxisType.LOCAL, order) if k > 1 else (False, order)
+    if applied: budget //= k
