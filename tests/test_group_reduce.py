@@ -244,3 +244,22 @@ def _grouped_sum(x: np.ndarray, k: int, b: int, run: int) -> np.ndarray:
   for i in range(runs.shape[1]):
     for r in range(run): partial = partial + runs[:, i, :, r]
   return _fold_columns(np.concatenate([_fold_columns(partial[:, g:g + b]) for g in range(0, k, b)], axis=1))
+
+
+@pytest.mark.parametrize("op,n", [("MAX", 1000), ("ADD", 999), ("MAX", 4095)])
+def test_a_whole_tensor_reduction_of_odd_size_is_padded_for_a_workgroup(tmp_path, op, n):
+  """No output axis and no group size dividing the axis: it is padded to one (PADTO) instead of running on
+  one thread; the masked iterations leave the accumulator alone (all-negative values: a MAX must not see 0)."""
+  from uopc.run import run_file
+  from uopc.stages.optimize import heuristic_opts, target_caps
+  text = (f'func r {{\n  %x = PARAM([{n}]) {{(0, "x")}} : f32\n  %out = PARAM([1]) {{(1, "out")}} : f32\n'
+          f'  %s = REDUCE(%x) {{({op}, (0,))}}\n  STORE(%out, %s)\n}}\n')
+  (tmp_path / "r.uop").write_text(text)
+  x = -np.abs(np.random.default_rng(n).standard_normal(n).astype(np.float32)) - 1
+  want = x.max() if op == "MAX" else x.astype(np.float64).sum()
+  for target in ("cuda", "amd", "metal"):
+    got = run_file(tmp_path / "r.uop", target=target, inputs={"x": x}, emulated=True).arrays["out"][0]
+    np.testing.assert_allclose(got, want, rtol=1e-5, err_msg=target)
+  from test_optimize import kernels_of
+  (k,) = kernels_of(text, target_caps("cuda")).values()
+  assert any(o.op.name == "PADTO" for o in heuristic_opts(k, target_caps("cuda")))

@@ -939,6 +939,12 @@ def _group_reduce(plan: _Planner) -> int:
   near = nested_with(plan.sink)
   shared = [i for i in long if i == best or axes[i] not in near.get(axes[best], frozenset())]
   threads = next((k for k in GROUP_SIZES if all(plan.size(i) % k == 0 and plan.size(i) // k >= 2 for i in shared)), 0)
+  if not threads and not plan.axes(AxisType.GLOBAL):
+    # a kernel with no output axes (a whole-tensor reduction: a loss) would run on one thread: pad its long
+    # axes to a multiple of the group instead (masked iterations leave the accumulators as they are)
+    threads = next((k for k in GROUP_SIZES if all(plan.size(i) // k >= 2 for i in shared)), 0)
+    for i in shared:
+      if threads and plan.size(i) % threads: plan.apply(Opt(OptOp.PADTO, i, threads))
   if not threads: return 0
   done = []
   for i in sorted(shared, reverse=True):  # from the last axis: a split renumbers only the axes after it
