@@ -27,6 +27,16 @@ def unshard(name: str, arrays: dict[str, np.ndarray], n: int) -> np.ndarray:
   return np.concatenate([arrays[f"{name}_dev{j}"] for j in range(n)], axis=0)
 
 
+def _copy(name: str, n: int, x: np.ndarray, sharded: bool) -> "Prog":
+  """out = COPY(x) to the other side: one device to all n (scatter) or all n to one (gather)."""
+  p = Prog(name, n)
+  src = p.param("x", [x.size], sharded, x)
+  out = p.param("out", [x.size], not sharded)
+  p.lines.append(f"  STORE({out}, {p.let('c', f'COPY({src}) {{{ONE if sharded else devices(n)}}}')})")
+  p.expect = lambda x: {"out": x}
+  return p
+
+
 class Prog:
   """One multi-device entry: its text, its inputs (name -> (array, devices or None)) and its outputs."""
 
@@ -85,19 +95,7 @@ def collectives(n: int, s: int, seed: int = 0) -> list[Prog]:
   p.expect = lambda x: {"out": np.tile(x, (n, 1))}
   progs.append(p)
 
-  p = Prog("scatter", n)
-  x = p.param("x", [n * s], False, xn)
-  out = p.param("out", [n * s], True)
-  p.lines.append(f"  STORE({out}, {p.let('c', f'COPY({x}) {{{devices(n)}}}')})")
-  p.expect = lambda x: {"out": x}
-  progs.append(p)
-
-  p = Prog("gather", n)
-  x = p.param("x", [n * s], True, xn)
-  out = p.param("out", [n * s], False)
-  p.lines.append(f"  STORE({out}, {p.let('c', f'COPY({x}) {{{ONE}}}')})")
-  p.expect = lambda x: {"out": x}
-  progs.append(p)
+  progs += [_copy("scatter", n, xn, False), _copy("gather", n, xn, True)]
 
   p = Prog("reduce", n)
   x = p.param("x", [n * s], True, xn)
