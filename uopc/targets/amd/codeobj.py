@@ -13,12 +13,14 @@ from __future__ import annotations
 
 import os
 import re
-import sys
 from pathlib import Path
 from typing import Mapping, Sequence
 
 from uopc.targets.llvm.compile import compile_module, parse_and_verify
 from uopc.targets.llvm.render import AMD_ARCHS, render_module
+from uopc import progress
+from uopc.diagnostics import warning
+from uopc.reporter import current
 from uopc.tools import ToolFailure, describe_missing, find_tool, run_on_generated
 
 DEFAULT_ARCHS = ("gfx1100",)
@@ -98,9 +100,10 @@ def build_code_objects(out_dir: Path, name: str, kernels: Sequence, archs: Seque
   check_archs(archs)
   linker = find_linker(env)
   if linker is None:
-    print(f"uopc: warning: {missing_linker(env)}: writing the AMD .s and .o only, without the .hsaco code objects "
-          "and the HIP launcher library", file=sys.stderr)
+    current().report(warning(None, f"{missing_linker(env)}: writing the AMD .s and .o only, without the .hsaco code objects "
+                                   "and the HIP launcher library"))
   written: dict[str, Path] = {}
+  progress.expect(len(archs))
   for arch in archs:
     paths = artifact_paths(out_dir, name, arch)
     asm, obj = code_object(kernels, arch, name, opt_level)
@@ -108,4 +111,5 @@ def build_code_objects(out_dir: Path, name: str, kernels: Sequence, archs: Seque
     paths[f"object.{arch}"].write_bytes(obj)
     if linker is not None: link(paths[f"object.{arch}"], paths[f"hsaco.{arch}"], linker)
     written.update({k: p for k, p in paths.items() if p.is_file()})
+    progress.step(arch)
   return written
