@@ -10,31 +10,62 @@ from pathlib import Path
 import click
 
 from uopc import __version__
-from uopc.diagnostics import CompileError
+from uopc.diagnostics import CompileError, Loc, error
 from uopc.targets import target_names
 
 TARGET_CHOICES = target_names()
 
 
 def compiler_command(fn):
-  """Turn CompileError into printed diagnostics (exit 1) and any other exception into an ICE (exit 2)."""
+  """Give the command --diagnostics-format and run it with its Reporter (uopc.reporter): a
+  CompileError is reported as diagnostics (exit 1), any other exception as an internal compiler
+  error (exit 2)."""
   @functools.wraps(fn)
-  def wrapper(*args, **kwargs):
-    try:
-      return fn(*args, **kwargs)
-    except CompileError as e:
-      click.echo(e.format(), err=True)
-      n = len(e.diagnostics)
-      if n > 1: click.echo(f"{n} errors generated.", err=True)
-      sys.exit(1)
-    except (click.exceptions.Exit, click.ClickException, SystemExit, KeyboardInterrupt):
-      raise
-    except Exception as e:  # noqa: BLE001 - the last line of defence for the user
-      click.echo(f"uopc: internal compiler error: {type(e).__name__}: {e}", err=True)
-      if "--debug" in sys.argv or _debug_env(): traceback.print_exc()
-      else: click.echo("(set UOPC_DEBUG=1 for the Python traceback, and please report it)", err=True)
-      sys.exit(2)
-  return wrapper
+  def wrapper(*args, diagnostics_format="text", verbose=False, **kwargs):
+    from uopc.reporter import Reporter, reporting
+    with reporting(Reporter(diagnostics_format, verbose)) as reporter:
+      code = _outcome(reporter, lambda: fn(*args, **kwargs))
+    if code: sys.exit(code)
+  return diagnostics_format_option(wrapper)
+
+
+def _outcome(reporter, command) -> int:
+  """Run `command`; the exit code, after the reporter has said everything (SARIF: its log)."""
+  code = 1
+  try:
+    command()
+    code = 0
+  except CompileError as e:
+    reporter.fail(e)
+  except SystemExit as e:
+    code = e.code if isinstance(e.code, int) else int(e.code is not None)
+  except click.UsageError as e:
+    if reporter.format == "text": raise
+    reporter.fail(CompileError([error(None, e.format_message())]))
+  except (click.exceptions.Exit, click.ClickException, KeyboardInterrupt):
+    raise
+  except Exception as e:  # noqa: BLE001 - the last line of defence for the user
+    debug = "--debug" in sys.argv or _debug_env()
+    reporter.internal_error(f"internal compiler error: {type(e).__name__}: {e}", traceback.format_exc().rstrip() if debug else
+                            "(set UOPC_DEBUG=1 for the Python traceback, and please report it)")
+    code = 2
+  finally:
+    reporter.finish(code)
+  return code
+
+
+def diagnostics_format_option(fn):
+  return click.option("--diagnostics-format", type=click.Choice(["text", "json", "sarif"]), default="text", show_default=True,
+                      envvar="UOPC_DIAGNOSTICS_FORMAT",
+                      help="How diagnostics are written on stderr: text (coloured on a terminal unless NO_COLOR is set), "
+                           "json (one object a line: file, line, column, severity, message, notes) or sarif (one SARIF 2.1.0 "
+                           "log, for code-scanning tools). Also $UOPC_DIAGNOSTICS_FORMAT.")(fn)
+
+
+def verbose_option(fn):
+  return click.option("-v", "--verbose", is_flag=True,
+                      help="Print every outside command uopc runs (the C compiler, ptxas, fatbinary, ld.lld, ...) on stderr "
+                           "as a shell line one can paste.")(fn)
 
 
 def _debug_env() -> bool:
@@ -50,12 +81,33 @@ class UopcGroup(click.Group):
     try:
       code = super().main(*args, standalone_mode=False, **kwargs)
     except click.ClickException as e:
-      e.show()
-      sys.exit(1 if isinstance(e, click.UsageError) else e.exit_code)
+      code = 1 if isinstance(e, click.UsageError) else e.exit_code
+      argv = kwargs.get("args", args[0] if args else None)
+      _show_usage_error(e, code, _requested_format(sys.argv[1:] if argv is None else list(argv)))
+      sys.exit(code)
     except click.Abort:
       click.echo("Aborted!", err=True)
       sys.exit(1)
     sys.exit(code if isinstance(code, int) else 0)
+
+
+def _requested_format(argv: list[str]) -> str:
+  """The diagnostics format a command line asks for, read without click (whose parsing failed)."""
+  import os
+  fmt = os.environ.get("UOPC_DIAGNOSTICS_FORMAT", "text")
+  for i, a in enumerate(argv):
+    if a.startswith("--diagnostics-format="): fmt = a.partition("=")[2]
+    elif a == "--diagnostics-format" and i + 1 < len(argv): fmt = argv[i + 1]
+  return fmt if fmt in ("json", "sarif") else "text"
+
+
+def _show_usage_error(e: click.ClickException, code: int, fmt: str) -> None:
+  """A bad command line in the format asked for: click's own text, or a diagnostic for machines."""
+  if fmt == "text": return e.show()
+  from uopc.reporter import Reporter
+  reporter = Reporter(fmt)
+  reporter.fail(CompileError([error(None, e.format_message())]))
+  reporter.finish(code)
 
 
 @click.group(cls=UopcGroup, context_settings={"help_option_names": ["-h", "--help"]})
@@ -104,12 +156,17 @@ def fmt(file, check_only, in_place):
   m = load_module(file)
   text = print_module(m)
   if check_only:
-    if text != m.text:
-      click.echo(f"{file}: not in canonical form (run `uopc fmt -i {file}`)", err=True)
-      sys.exit(1)
+    if text != m.text: raise CompileError([_not_canonical(file, m.text, text)], {file: m.text})
     return
   if in_place: _write_atomic(Path(file), text)
   else: click.echo(text, nl=False)
+
+
+def _not_canonical(file: str, text: str, canonical: str):
+  """The error of `fmt --check`, at the first line that differs from the canonical form."""
+  lines, want = text.splitlines(), canonical.splitlines()
+  line = next((i for i, (a, b) in enumerate(zip(lines, want)) if a != b), min(len(lines), len(want)))
+  return error(Loc(file, line + 1, 1), "not in canonical form", f"run `uopc fmt -i {file}`, or see `uopc fmt {file}`")
 
 
 @cli.command()
@@ -177,6 +234,7 @@ def _comma_list(ctx, param, value: str | None) -> tuple[str, ...] | None:
                    "(kernel names as --print-after optimize shows them; 'KERNEL:' alone applies none). Opts: "
                    "SPLIT(axis,k,type[,top]) with type g l t L R G u r, PADTO(axis,m), SWAP(axis,axis), NOLOCALS, TC(axis[,tc]) (tensor cores, -t cuda: a float16/bfloat16 gemm). "
                    "@FILE reads one KERNEL:OPTS line per kernel. Repeatable.")
+@verbose_option
 @compiler_command
 def build(file, target, out_dir, emit, archs, opt_level, print_before, print_after, make_deps, dep_file, allow_custom, fast_math,
           cpu, name, pinned):
@@ -243,6 +301,7 @@ def _int_pairs(ctx, param, values) -> dict[str, int]:
 @click.option("--output", "outputs", multiple=True, callback=_pairs, metavar="NAME=FILE.npy",
               help="Save a buffer to FILE.npy instead of printing the results (repeatable).")
 @click.option("--emulate", is_flag=True, help="Run the target's kernels in the reference emulator.")
+@verbose_option
 @compiler_command
 def run(file, entry, target, inputs, variables, seed, outputs, emulate):
   from uopc.run import format_result, load_inputs, run_file, save_outputs
