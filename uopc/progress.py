@@ -20,7 +20,8 @@ class Progress:
   def __enter__(self) -> Progress:
     if self.shown and self.reporter.progress_bar is None:
       from tqdm import tqdm
-      self.bar = tqdm(total=0, desc=self.what, unit="step", delay=DELAY_S, leave=False, file=self.reporter.stream, dynamic_ncols=True)
+      self.bar = tqdm(total=0, desc=self.what, unit="step", delay=DELAY_S, leave=False, file=self.reporter.stream, dynamic_ncols=True,
+                      miniters=1)  # redrawn after every slow step, however fast the ones before
       self.reporter.progress_bar = self
     return self
 
