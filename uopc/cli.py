@@ -124,6 +124,12 @@ def cli():
     uopc build model.uop -t c     build model.c, libmodel.so, model.h
 
   See `uopc COMMAND --help` for each command.
+
+  Every command takes --diagnostics-format=text|json|sarif (also $UOPC_DIAGNOSTICS_FORMAT): text is
+  file:line:col with the source line and a caret, coloured on a terminal unless NO_COLOR is set;
+  json is one object a line (file, line, column, severity, message, notes); sarif is one SARIF 2.1.0
+  log for code-scanning services. Exit codes: 0 success, 1 an error in the input, the command line or
+  an outside tool, 2 an internal compiler error.
   """
 
 
@@ -187,6 +193,16 @@ visibility, no FP contraction, --cpu's -march), so they win. The library is port
 --cpu native (or x86-64-v3, x86-64-v4) builds it for wider vectors, with larger register tiles. Outputs are replaced only when every artifact was
 built, and the same input gives byte-identical outputs.
 
+Every target meets one accuracy bar: float32 EXP2, LOG2, SIN, SQRT, RECIP and DIV within 2 ULP of
+the correctly rounded result over the whole finite domain, IEEE special values (inf, NaN, -0.0,
+subnormals) right; float16/bfloat16 computed in float32 and rounded once; no fused multiply-add
+formed; integers wrap, IDIV truncates, MOD takes the dividend's sign. --fast-math gives that up
+for the targets' approximate instructions.
+
+-v prints every outside command (the C compiler, ptxas, fatbinary, ld.lld) as a shell line; a long
+build shows a progress bar when stderr is a terminal; --diagnostics-format=json|sarif writes
+diagnostics for machines (see `uopc --help`).
+
 \b
 Examples:
   uopc build model.uop -t c -o build/
@@ -221,8 +237,8 @@ def _comma_list(ctx, param, value: str | None) -> tuple[str, ...] | None:
 @click.option("-MF", "dep_file", type=click.Path(dir_okay=False), help="Write the dependency file here (implies -MD).")
 @click.option("--allow-custom", is_flag=True, help="Compile CUSTOM/CUSTOMI ops (target source text uopc cannot check).")
 @click.option("--fast-math", is_flag=True,
-              help="Allow the target's approximate instructions (e.g. PTX ex2/lg2/sin.approx, fused multiply-add) "
-                   "below the SPEC-NOTES accuracy bar. Off by default.")
+              help="Allow the target's approximate instructions (e.g. PTX lg2/sin.approx, fused multiply-add), "
+                   "which miss the accuracy bar above (2 ULP for float32 transcendentals and division). Off by default.")
 @click.option("--cpu", default="portable", show_default=True, type=click.Choice(["portable", "native", "x86-64-v2", "x86-64-v3", "x86-64-v4"]),
               help="-t c: the instruction set the library is built for. portable: the architecture's baseline (x86-64: SSE2), "
                    "runs on any machine of the architecture; x86-64-v3 (AVX2), x86-64-v4 (AVX-512) or native (-march=native: "

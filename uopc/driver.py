@@ -84,7 +84,7 @@ class BuildOptions:
   archs: tuple[str, ...] = ()      # GPU architectures; () means the target's defaults
   schedule: Mapping[str, tuple] | None = None  # kernel name -> the opts --opts pins (uopc.stages.optimize)
   allow_custom: bool = False       # compile CUSTOM/CUSTOMI (unchecked target source text)
-  fast_math: bool = False          # allow the targets' approximate instructions (below the SPEC-NOTES accuracy bar)
+  fast_math: bool = False          # allow the targets' approximate instructions (below the accuracy bar of the README)
   cpu: str = "portable"            # -t c: the instruction set the library is built for (CPU_LEVELS)
   env: Mapping[str, str] = field(default_factory=lambda: os.environ)
 
