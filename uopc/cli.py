@@ -110,8 +110,16 @@ def _show_usage_error(e: click.ClickException, code: int, fmt: str) -> None:
   reporter.finish(code)
 
 
+def _print_cmake_dir(ctx, param, value) -> None:
+  if not value or ctx.resilient_parsing: return
+  click.echo(Path(__file__).resolve().parent / "cmake")
+  ctx.exit()
+
+
 @click.group(cls=UopcGroup, context_settings={"help_option_names": ["-h", "--help"]})
 @click.version_option(__version__, "--version", "-V", prog_name="uopc")
+@click.option("--cmake-dir", is_flag=True, expose_value=False, is_eager=True, callback=_print_cmake_dir,
+              help="Print the folder of uopc's CMake package and exit (cmake -Duopc_DIR=\"$(uopc --cmake-dir)\").")
 def cli():
   """uopc: compile UOp IR programs (.uop files) ahead of time into C, PTX, AMD ISA or Metal, with a
   C header and a shared library that load and launch the kernels.
