@@ -10,14 +10,14 @@ setup: $(VENV)/.installed
 $(VENV)/.installed: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
-	$(PY) -m pip install -q -e '.[test,cuda]'
+	$(PY) -m pip install -q -e '.[test,cuda,amd]'
 	rm -rf build uopc.egg-info  # setuptools' by-products; the install's metadata is in the venv
 	touch $@
 
 demo: setup
 	$(MAKE) -C samples/c-app UOPC=$(abspath $(UOPC)) run
 
-# tests/install_tools.py first: the outside tools the tests use (llvm-mc >= 19, ld.lld, clang), by version,
+# tests/install_tools.py first: the outside tools the tests use (llvm-mc >= 19, ld.lld, clang, cmake, ninja), by version,
 # installed with apt-get when root; otherwise it says which are missing and their tests skip.
 test: setup
 	$(PY) tests/install_tools.py

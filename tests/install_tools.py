@@ -1,7 +1,8 @@
 """`make test`'s set-up of the outside tools the tests use, checked by version, not by name.
 
 A fresh machine of our image has Debian's default LLVM 14 (`llvm-mc` on PATH) and no clang or lld:
-an old tool under the right name is as good as none. For each requirement below, uopc.tools looks at
+an old tool under the right name is as good as none. cmake and ninja (for the CMake sample) do in
+any version. For each requirement below, uopc.tools looks at
 every candidate (plain and -N suffixed on PATH, /usr/lib/llvm-N/bin) and asks its version. What is
 missing is installed with apt-get when we are root and apt-get exists; otherwise (or if that fails)
 this says once which tools are missing, and the tests that need them skip with the same reason
@@ -25,10 +26,20 @@ REQUIREMENTS = {
 }
 
 
+# tool -> (the Debian package, what needs it), for tools any version of which does
+PLAIN_REQUIREMENTS = {
+  "cmake": ("cmake", "building samples/cmake-app with uopc's CMake package"),
+  "ninja": ("ninja-build", "building samples/cmake-app with uopc's CMake package"),
+}
+
+
 def missing() -> dict[str, str]:
   """Debian package -> why, for every requirement no installed tool meets."""
-  return {pkg: f"{describe_missing(tool, low, pkg)}: needed for {why}" for tool, (low, pkg, why) in REQUIREMENTS.items()
+  llvm = {pkg: f"{describe_missing(tool, low, pkg)}: needed for {why}" for tool, (low, pkg, why) in REQUIREMENTS.items()
           if find_tool(tool, low) is None}
+  plain = {pkg: f"{tool} not found; install it, e.g. Debian's {pkg}: needed for {why}"
+           for tool, (pkg, why) in PLAIN_REQUIREMENTS.items() if shutil.which(tool) is None}
+  return {**llvm, **plain}
 
 
 def main() -> int:

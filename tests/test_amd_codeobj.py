@@ -244,8 +244,8 @@ def test_the_linker_is_the_newest_lld_of_a_usable_version(tmp_path, monkeypatch)
   env = {"PATH": str(tmp_path)}
   found = tools.found_tools("ld.lld", env)
   assert found[0] == tools.Tool(str(tmp_path / "ld.lld-98"), 98) and tools.Tool(str(tmp_path / "ld.lld"), 14) in found
-  assert find_linker(env) == str(tmp_path / "ld.lld-98")
+  assert find_linker(env) == (str(tmp_path / "ld.lld-98"),)
   (tmp_path / "ld.lld-98").unlink()
-  assert find_linker(env) != str(tmp_path / "ld.lld")            # 14 is too old: another one, or none
+  assert find_linker(env) != (str(tmp_path / "ld.lld"),)         # 14 is too old: another one, or none
   assert "14 at " + str(tmp_path / "ld.lld") in missing_linker(env)
-  assert find_linker(dict(env, LD_LLD="/opt/my/ld.lld")) == "/opt/my/ld.lld"
+  assert find_linker(dict(env, LD_LLD="/opt/my/ld.lld")) == ("/opt/my/ld.lld",)

@@ -34,6 +34,11 @@ def test_wheel_ships_the_grammar(wheel):
   assert "uopc/grammar/uop.lark" in names
 
 
+def test_wheel_ships_the_cmake_package(wheel):
+  names = zipfile.ZipFile(wheel).namelist()
+  assert {"uopc/cmake/uopcConfig.cmake", "uopc/cmake/uopcConfigVersion.cmake"} <= set(names)
+
+
 def test_installed_wheel_checks_a_sample(wheel, tmp_path):
   target = tmp_path / "site"
   subprocess.run([sys.executable, "-m", "pip", "install", "-q", "--no-deps", "--target", str(target), str(wheel)],

@@ -10,31 +10,62 @@ from pathlib import Path
 import click
 
 from uopc import __version__
-from uopc.diagnostics import CompileError
+from uopc.diagnostics import CompileError, Loc, error
 from uopc.targets import target_names
 
 TARGET_CHOICES = target_names()
 
 
 def compiler_command(fn):
-  """Turn CompileError into printed diagnostics (exit 1) and any other exception into an ICE (exit 2)."""
+  """Give the command --diagnostics-format and run it with its Reporter (uopc.reporter): a
+  CompileError is reported as diagnostics (exit 1), any other exception as an internal compiler
+  error (exit 2)."""
   @functools.wraps(fn)
-  def wrapper(*args, **kwargs):
-    try:
-      return fn(*args, **kwargs)
-    except CompileError as e:
-      click.echo(e.format(), err=True)
-      n = len(e.diagnostics)
-      if n > 1: click.echo(f"{n} errors generated.", err=True)
-      sys.exit(1)
-    except (click.exceptions.Exit, click.ClickException, SystemExit, KeyboardInterrupt):
-      raise
-    except Exception as e:  # noqa: BLE001 - the last line of defence for the user
-      click.echo(f"uopc: internal compiler error: {type(e).__name__}: {e}", err=True)
-      if "--debug" in sys.argv or _debug_env(): traceback.print_exc()
-      else: click.echo("(set UOPC_DEBUG=1 for the Python traceback, and please report it)", err=True)
-      sys.exit(2)
-  return wrapper
+  def wrapper(*args, diagnostics_format="text", verbose=False, **kwargs):
+    from uopc.reporter import Reporter, reporting
+    with reporting(Reporter(diagnostics_format, verbose)) as reporter:
+      code = _outcome(reporter, lambda: fn(*args, **kwargs))
+    if code: sys.exit(code)
+  return diagnostics_format_option(wrapper)
+
+
+def _outcome(reporter, command) -> int:
+  """Run `command`; the exit code, after the reporter has said everything (SARIF: its log)."""
+  code = 1
+  try:
+    command()
+    code = 0
+  except CompileError as e:
+    reporter.fail(e)
+  except SystemExit as e:
+    code = e.code if isinstance(e.code, int) else int(e.code is not None)
+  except click.UsageError as e:
+    if reporter.format == "text": raise
+    reporter.fail(CompileError([error(None, e.format_message())]))
+  except (click.exceptions.Exit, click.ClickException, KeyboardInterrupt):
+    raise
+  except Exception as e:  # noqa: BLE001 - the last line of defence for the user
+    debug = "--debug" in sys.argv or _debug_env()
+    reporter.internal_error(f"internal compiler error: {type(e).__name__}: {e}", traceback.format_exc().rstrip() if debug else
+                            "(set UOPC_DEBUG=1 for the Python traceback, and please report it)")
+    code = 2
+  finally:
+    reporter.finish(code)
+  return code
+
+
+def diagnostics_format_option(fn):
+  return click.option("--diagnostics-format", type=click.Choice(["text", "json", "sarif"]), default="text", show_default=True,
+                      envvar="UOPC_DIAGNOSTICS_FORMAT",
+                      help="How diagnostics are written on stderr: text (coloured on a terminal unless NO_COLOR is set), "
+                           "json (one object a line: file, line, column, severity, message, notes) or sarif (one SARIF 2.1.0 "
+                           "log, for code-scanning tools). Also $UOPC_DIAGNOSTICS_FORMAT.")(fn)
+
+
+def verbose_option(fn):
+  return click.option("-v", "--verbose", is_flag=True,
+                      help="Print every outside command uopc runs (the C compiler, ptxas, fatbinary, ld.lld, ...) on stderr "
+                           "as a shell line one can paste.")(fn)
 
 
 def _debug_env() -> bool:
@@ -50,16 +81,45 @@ class UopcGroup(click.Group):
     try:
       code = super().main(*args, standalone_mode=False, **kwargs)
     except click.ClickException as e:
-      e.show()
-      sys.exit(1 if isinstance(e, click.UsageError) else e.exit_code)
+      code = 1 if isinstance(e, click.UsageError) else e.exit_code
+      argv = kwargs.get("args", args[0] if args else None)
+      _show_usage_error(e, code, _requested_format(sys.argv[1:] if argv is None else list(argv)))
+      sys.exit(code)
     except click.Abort:
       click.echo("Aborted!", err=True)
       sys.exit(1)
     sys.exit(code if isinstance(code, int) else 0)
 
 
+def _requested_format(argv: list[str]) -> str:
+  """The diagnostics format a command line asks for, read without click (whose parsing failed)."""
+  import os
+  fmt = os.environ.get("UOPC_DIAGNOSTICS_FORMAT", "text")
+  for i, a in enumerate(argv):
+    if a.startswith("--diagnostics-format="): fmt = a.partition("=")[2]
+    elif a == "--diagnostics-format" and i + 1 < len(argv): fmt = argv[i + 1]
+  return fmt if fmt in ("json", "sarif") else "text"
+
+
+def _show_usage_error(e: click.ClickException, code: int, fmt: str) -> None:
+  """A bad command line in the format asked for: click's own text, or a diagnostic for machines."""
+  if fmt == "text": return e.show()
+  from uopc.reporter import Reporter
+  reporter = Reporter(fmt)
+  reporter.fail(CompileError([error(None, e.format_message())]))
+  reporter.finish(code)
+
+
+def _print_cmake_dir(ctx, param, value) -> None:
+  if not value or ctx.resilient_parsing: return
+  click.echo(Path(__file__).resolve().parent / "cmake")
+  ctx.exit()
+
+
 @click.group(cls=UopcGroup, context_settings={"help_option_names": ["-h", "--help"]})
 @click.version_option(__version__, "--version", "-V", prog_name="uopc")
+@click.option("--cmake-dir", is_flag=True, expose_value=False, is_eager=True, callback=_print_cmake_dir,
+              help="Print the folder of uopc's CMake package and exit (cmake -Duopc_DIR=\"$(uopc --cmake-dir)\").")
 def cli():
   """uopc: compile UOp IR programs (.uop files) ahead of time into C, PTX, AMD ISA or Metal, with a
   C header and a shared library that load and launch the kernels.
@@ -72,6 +132,12 @@ def cli():
     uopc build model.uop -t c     build model.c, libmodel.so, model.h
 
   See `uopc COMMAND --help` for each command.
+
+  Every command takes --diagnostics-format=text|json|sarif (also $UOPC_DIAGNOSTICS_FORMAT): text is
+  file:line:col with the source line and a caret, coloured on a terminal unless NO_COLOR is set;
+  json is one object a line (file, line, column, severity, message, notes); sarif is one SARIF 2.1.0
+  log for code-scanning services. Exit codes: 0 success, 1 an error in the input, the command line or
+  an outside tool, 2 an internal compiler error.
   """
 
 
@@ -104,12 +170,17 @@ def fmt(file, check_only, in_place):
   m = load_module(file)
   text = print_module(m)
   if check_only:
-    if text != m.text:
-      click.echo(f"{file}: not in canonical form (run `uopc fmt -i {file}`)", err=True)
-      sys.exit(1)
+    if text != m.text: raise CompileError([_not_canonical(file, m.text, text)], {file: m.text})
     return
   if in_place: _write_atomic(Path(file), text)
   else: click.echo(text, nl=False)
+
+
+def _not_canonical(file: str, text: str, canonical: str):
+  """The error of `fmt --check`, at the first line that differs from the canonical form."""
+  lines, want = text.splitlines(), canonical.splitlines()
+  line = next((i for i, (a, b) in enumerate(zip(lines, want)) if a != b), min(len(lines), len(want)))
+  return error(Loc(file, line + 1, 1), "not in canonical form", f"run `uopc fmt -i {file}`, or see `uopc fmt {file}`")
 
 
 @cli.command()
@@ -129,6 +200,16 @@ The C compiler is $CC (default cc); $CFLAGS are added after uopc's flags (-O3, P
 visibility, no FP contraction, --cpu's -march), so they win. The library is portable by default;
 --cpu native (or x86-64-v3, x86-64-v4) builds it for wider vectors, with larger register tiles. Outputs are replaced only when every artifact was
 built, and the same input gives byte-identical outputs.
+
+Every target meets one accuracy bar: float32 EXP2, LOG2, SIN, SQRT, RECIP and DIV within 2 ULP of
+the correctly rounded result over the whole finite domain, IEEE special values (inf, NaN, -0.0,
+subnormals) right; float16/bfloat16 computed in float32 and rounded once; no fused multiply-add
+formed; integers wrap, IDIV truncates, MOD takes the dividend's sign. --fast-math gives that up
+for the targets' approximate instructions.
+
+-v prints every outside command (the C compiler, ptxas, fatbinary, ld.lld) as a shell line; a long
+build shows a progress bar when stderr is a terminal; --diagnostics-format=json|sarif writes
+diagnostics for machines (see `uopc --help`).
 
 \b
 Examples:
@@ -179,6 +260,7 @@ def _comma_list(ctx, param, value: str | None) -> tuple[str, ...] | None:
                    "(kernel names as --print-after optimize shows them; 'KERNEL:' alone applies none). Opts: "
                    "SPLIT(axis,k,type[,top]) with type g l t L R G u r, PADTO(axis,m), SWAP(axis,axis), NOLOCALS, TC(axis[,tc]) (tensor cores, -t cuda: a float16/bfloat16 gemm). "
                    "@FILE reads one KERNEL:OPTS line per kernel. Repeatable.")
+@verbose_option
 @compiler_command
 def build(file, target, out_dir, emit, archs, opt_level, print_before, print_after, make_deps, dep_file, allow_custom, fast_math,
           cpu, name, pinned):
@@ -245,6 +327,7 @@ def _int_pairs(ctx, param, values) -> dict[str, int]:
 @click.option("--output", "outputs", multiple=True, callback=_pairs, metavar="NAME=FILE.npy",
               help="Save a buffer to FILE.npy instead of printing the results (repeatable).")
 @click.option("--emulate", is_flag=True, help="Run the target's kernels in the reference emulator.")
+@verbose_option
 @compiler_command
 def run(file, entry, target, inputs, variables, seed, outputs, emulate):
   from uopc.run import format_result, load_inputs, run_file, save_outputs

@@ -12,17 +12,18 @@ import platform
 import re
 import shlex
 import shutil
-import subprocess
 import sys
 import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Mapping, TextIO
 
+from uopc import progress
 from uopc.diagnostics import CompileError, error
 from uopc.pipeline import PrintOptions, check_stage_name, compile_module
+from uopc.reporter import current
 from uopc.targets import BuildRequest, Target, UnknownTargetError, get_target
-from uopc.tools import ToolFailure, run_on_generated
+from uopc.tools import ToolFailure, run_on_generated, run_tool
 
 # Flags for fast code on the host CPU's baseline ISA. No -march=native: libraries built in CI are
 # shipped to other machines, where native code can die with SIGILL, and the .so would depend on the
@@ -59,7 +60,7 @@ def cpu_vector_bytes(cpu: str, env: Mapping[str, str]) -> int:
   if not flags: return PORTABLE_VECTOR_BYTES
   cmd = [*shlex.split(env.get("CC") or "cc"), *flags, "-dM", "-E", "-x", "c", os.devnull]
   try:
-    done = subprocess.run(cmd, capture_output=True, text=True)
+    done = run_tool(cmd)
   except OSError as e:
     raise CompileError([error(None, f"cannot run the C compiler '{cmd[0]}' ({e.strerror}); set CC to a C compiler")]) from e
   if done.returncode != 0:
@@ -83,7 +84,7 @@ class BuildOptions:
   archs: tuple[str, ...] = ()      # GPU architectures; () means the target's defaults
   schedule: Mapping[str, tuple] | None = None  # kernel name -> the opts --opts pins (uopc.stages.optimize)
   allow_custom: bool = False       # compile CUSTOM/CUSTOMI (unchecked target source text)
-  fast_math: bool = False          # allow the targets' approximate instructions (below the SPEC-NOTES accuracy bar)
+  fast_math: bool = False          # allow the targets' approximate instructions (below the accuracy bar of the README)
   cpu: str = "portable"            # -t c: the instruction set the library is built for (CPU_LEVELS)
   env: Mapping[str, str] = field(default_factory=lambda: os.environ)
 
@@ -120,6 +121,11 @@ def build(path: str | Path, opts: BuildOptions = BuildOptions()) -> list[Path]:
   name = lib_name(path, opts.name)
   if opts.cpu != "portable" and opts.target != "c":
     raise CompileError([error(None, f"--cpu {opts.cpu} is for -t c; -t {opts.target} builds for its own targets")])
+  with current().progress(f"{name} (-t {opts.target})"):
+    return _build(path, opts, target, archs, emit, name)
+
+
+def _build(path: str | Path, opts: BuildOptions, target: Target, archs: tuple[str, ...], emit: tuple[str, ...], name: str) -> list[Path]:
   entries = _lower(str(path), opts, name, cpu_vector_bytes(opts.cpu, opts.env))
   outputs = {k: opts.out_dir / f for k, f in target.artifacts(name, archs).items() if k in emit}
   opts.out_dir.mkdir(parents=True, exist_ok=True)
@@ -144,7 +150,7 @@ def _lower(path: str, opts: BuildOptions, name: str, vector_bytes: int):
   diags = verify_module(module)
   errors = [d for d in diags if d.severity == "error"] + ([] if opts.allow_custom else _custom_code(module))
   if errors: raise CompileError(errors, {module.path: module.text})
-  for d in diags: print(d.format(module.text), file=sys.stderr)
+  for d in diags: current().report(d, module.text)
   printing = PrintOptions(frozenset(opts.print_before), frozenset(opts.print_after), opts.print_out or sys.stdout)
   return compile_module(module, opts.target, name, printing, opts.schedule, opts.fast_math, vector_bytes)
 
@@ -178,8 +184,10 @@ def compile_shared(source: Path, output: Path, opt_level: int, env: Mapping[str,
   def probe() -> list[str]:
     (source.parent / ".uopc-probe.c").write_text("int uopc_probe(void) { return 0; }\n")
     return [*compiler_command(source.parent / ".uopc-probe.c", source.parent / ".uopc-probe.so", opt_level, env, extra), *libs]
+  progress.expect(1)
   try:
     run_on_generated(cmd, source.parent, probe)  # env picks CC and CFLAGS; the compiler runs in ours
+    progress.step(output.name)
   finally:
     for leftover in (".uopc-probe.c", ".uopc-probe.so"): (source.parent / leftover).unlink(missing_ok=True)
   if not output.is_file(): raise ToolFailure(f"the C compiler wrote no {output.name}: {shlex.join(cmd)}")

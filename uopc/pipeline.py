@@ -12,6 +12,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field, replace
 from typing import Any, Callable, Mapping, Sequence, TextIO
 
+from uopc import progress
 from uopc.diagnostics import CompileError, error
 from uopc.launcher import EntryKernels, c_identifier, kernel_name
 from uopc.module import Entry, Module
@@ -150,11 +151,23 @@ def compile_module(module: Module, target: str, lib_name: str, opts: PrintOption
   kernel_stages = [s for s in stages if s.name not in TENSOR_STAGES]
   prefix = c_identifier(lib_name)
   opts = replace(opts, names=module.names)
-  entries = [_compile_func_entry(stages, module, e, prefix, opts) if e.kind == "func"
-             else EntryKernels(e.name, (run_kernel_stages(kernel_stages, e.sink, kernel_name(prefix, e.name, 0), opts),), unused=e.unused)
-             for e in module.entries]
+  progress.expect(len(module.entries))
+  entries = [_compile_entry(stages, kernel_stages, module, e, prefix, opts) for e in module.entries]
   _check_scheduled(schedule or {}, [k.name for e in entries for k in e.kernels])
   return entries
+
+
+def _compile_entry(stages: Sequence[Stage], kernel_stages: Sequence[Stage], module: Module, e: Entry, prefix: str,
+                   opts: PrintOptions) -> EntryKernels:
+  if e.kind == "func": done = _compile_func_entry(stages, module, e, prefix, opts)
+  else: done = EntryKernels(e.name, (run_kernel_stages(kernel_stages, e.sink, kernel_name(prefix, e.name, 0), opts),), unused=e.unused)
+  progress.step(e.name)
+  return done
+
+
+def _counted(kernel, name: str):
+  progress.step(name)
+  return kernel
 
 
 def _compile_func_entry(stages: Sequence[Stage], module: Module, e: Entry, prefix: str, opts: PrintOptions) -> EntryKernels:
@@ -193,6 +206,7 @@ def _compile_tensor_entry(stages: Sequence[Stage], sink: UOp, prefix: str, entry
   from uopc.launcher import Workspace
   schedule = run_kernel_stages([s for s in stages if s.name in TENSOR_STAGES], sink, entry, opts)
   kernel_stages = [s for s in stages if s.name not in TENSOR_STAGES]
-  kernels = tuple(run_kernel_stages(kernel_stages, k, kernel_name(prefix, entry, i), opts) for i, k in enumerate(schedule.kernels))
+  progress.expect(len(schedule.kernels))
+  kernels = tuple(_counted(run_kernel_stages(kernel_stages, k, kernel_name(prefix, entry, i), opts), kernel_name(prefix, entry, i)) for i, k in enumerate(schedule.kernels))
   workspace = Workspace(schedule.workspace_size, tuple((p.buffer.slot, p.offset) for p in schedule.placements))
   return EntryKernels(entry, kernels, workspace if schedule.placements else None, schedule.launches)

@@ -6,6 +6,9 @@ only some of them on PATH, as `NAME-N` or (the distribution's default release, o
 plain `NAME`. The first `NAME` on PATH is therefore no promise of a usable version. Every candidate
 (`NAME` and `NAME-N` on PATH, /usr/lib/llvm-N/bin/NAME) is asked its `--version`; the newest one at
 or above the version asked for wins. A candidate that does not run or says no version is skipped.
+
+Every outside command uopc runs goes through `run_tool`, which shows it first under -v
+(uopc.reporter).
 """
 from __future__ import annotations
 
@@ -15,9 +18,8 @@ import os
 import re
 import shlex
 import subprocess
-import sys
 from dataclasses import dataclass
-from typing import Callable, Mapping
+from typing import Callable, Mapping, Sequence
 
 
 @dataclass(frozen=True)
@@ -37,11 +39,19 @@ def candidates(name: str, path_var: str | None) -> list[str]:
   return [p for p in unique.values() if os.access(p, os.X_OK)]
 
 
+def run_tool(cmd: Sequence[str], cwd=None, env: Mapping[str, str] | None = None, timeout: float | None = None) -> subprocess.CompletedProcess:
+  """Run an outside command, its output captured as text; -v shows it first as a shell line.
+  OSError (it cannot be started) and subprocess.TimeoutExpired are the caller's to handle."""
+  from uopc.reporter import current
+  current().command(cmd, cwd)
+  return subprocess.run(list(cmd), cwd=cwd, capture_output=True, text=True, env=env, timeout=timeout)
+
+
 @functools.lru_cache(maxsize=None)
-def tool_version(path: str) -> int | None:
-  """The major version `path --version` reports ('LLVM version 19.1.7', 'LLD 19.1.7'), or None."""
+def tool_version(path: str, *args: str) -> int | None:
+  """The major version `path *args --version` reports ('LLVM version 19.1.7', 'LLD 19.1.7'), or None."""
   try:
-    out = subprocess.run([path, "--version"], capture_output=True, text=True, timeout=30).stdout
+    out = run_tool([path, *args, "--version"], timeout=30).stdout
   except (OSError, subprocess.SubprocessError):
     return None
   m = re.search(r"(?:LLVM version|LLD|clang version) (\d+)\.", out)
@@ -76,16 +86,17 @@ def run_on_generated(cmd: list[str], cwd, probe: Callable[[], list[str]] | None 
   that fails only on our output is our bug: ToolFailure, an internal compiler error. What a tool that
   succeeds says on stderr (warnings) is passed on."""
   from uopc.diagnostics import CompileError, error
+  from uopc.reporter import current
   try:
-    done = subprocess.run(cmd, cwd=cwd, capture_output=True, text=True, env=env)
+    done = run_tool(cmd, cwd, env)
   except OSError as e:
     raise CompileError([error(None, f"cannot run '{cmd[0]}': {e.strerror}")]) from e
   if done.returncode == 0:
-    sys.stderr.write(done.stderr)
+    current().tool_output(os.path.basename(cmd[0]), done.stderr)
     return
   said = f"{done.stdout}{done.stderr}".strip() or "(no output)"
   if probe is not None:
-    check = subprocess.run(probe(), cwd=cwd, capture_output=True, text=True, env=env)
+    check = run_tool(probe(), cwd, env)
     if check.returncode != 0:
       raise CompileError([error(None, f"{os.path.basename(cmd[0])} failed (exit {done.returncode}): {shlex.join(cmd)}", said,
                                 "it fails on a minimal input too, so the tool or its flags are at fault, not the generated code")])

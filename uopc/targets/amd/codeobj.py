@@ -5,21 +5,26 @@ kernel and the `amdhsa` metadata note (code object v5) naming each kernel's argu
 
 LLVM has no linker of its own in llvmlite, so `ld.lld` is looked up at build time: $LD_LLD, else the
 newest ld.lld of at least LLD_MIN_VERSION among `ld.lld` / `ld.lld-<N>` on PATH and
-/usr/lib/llvm-<N>/bin/ld.lld (uopc.tools; Debian's `lld-19` package). LLD 14 refuses code object v5
-("unknown abi version"); 16 and 19 link it. Without a linker the .s and .o are still written and the
-build says, once on stderr, that no .hsaco (and so no launcher library) could be made, and why.
+/usr/lib/llvm-<N>/bin/ld.lld (uopc.tools; Debian's `lld-19` package), else the one in PyPI's
+`ziglang` wheel (`zig ld.lld`; `pip install 'uopc[amd]'`), so that pip alone can build for AMD.
+LLD 14 refuses code object v5 ("unknown abi version"); 16 and later link it. Without a linker the .s
+and .o are still written and the build says, once on stderr, that no .hsaco (and so no launcher
+library) could be made, and why. A linker is a command: a path, or the zig binary and `ld.lld`.
 """
 from __future__ import annotations
 
+import importlib.util
 import os
 import re
-import sys
 from pathlib import Path
 from typing import Mapping, Sequence
 
 from uopc.targets.llvm.compile import compile_module, parse_and_verify
 from uopc.targets.llvm.render import AMD_ARCHS, render_module
-from uopc.tools import ToolFailure, describe_missing, find_tool, run_on_generated
+from uopc import progress
+from uopc.diagnostics import warning
+from uopc.reporter import current
+from uopc.tools import ToolFailure, describe_missing, find_tool, run_on_generated, tool_version
 
 DEFAULT_ARCHS = ("gfx1100",)
 
@@ -27,16 +32,26 @@ DEFAULT_ARCHS = ("gfx1100",)
 LLD_MIN_VERSION = 16
 
 
-def find_linker(env: Mapping[str, str] = os.environ) -> str | None:
-  """The ld.lld to link code objects with, or None."""
-  if env.get("LD_LLD"): return env["LD_LLD"]
-  found = find_tool("ld.lld", LLD_MIN_VERSION, env)
-  return found.path if found else None
+def find_linker(env: Mapping[str, str] = os.environ) -> tuple[str, ...] | None:
+  """The ld.lld command to link code objects with ($LD_LLD, an installed one, the ziglang wheel's), or None."""
+  if env.get("LD_LLD"): return (env["LD_LLD"],)
+  if found := find_tool("ld.lld", LLD_MIN_VERSION, env): return (found.path,)
+  return zig_linker()
+
+
+def zig_linker() -> tuple[str, ...] | None:
+  """`zig ld.lld` from the ziglang wheel (the `amd` extra) when it is installed and its LLD is new enough."""
+  spec = importlib.util.find_spec("ziglang")
+  if spec is None or not spec.submodule_search_locations: return None
+  zig = next((p for d in spec.submodule_search_locations for p in (Path(d) / "zig", Path(d) / "zig.exe") if p.is_file()), None)
+  if zig is None or (tool_version(str(zig), "ld.lld") or 0) < LLD_MIN_VERSION: return None
+  return (str(zig), "ld.lld")
 
 
 def missing_linker(env: Mapping[str, str] = os.environ) -> str:
-  """Why there is no linker, and the two ways to get one."""
-  return describe_missing("ld.lld", LLD_MIN_VERSION, "lld-19", env) + ", or set LD_LLD"
+  """Why there is no linker, and the ways to get one."""
+  return (describe_missing("ld.lld", LLD_MIN_VERSION, "lld-19", env)
+          + ", or `pip install 'uopc[amd]'` (the ziglang wheel's ld.lld), or set LD_LLD")
 
 
 def check_archs(archs: Sequence[str]) -> None:
@@ -75,18 +90,18 @@ def tag_metadata_names(asm: str) -> str:
   return asm if start < 0 else asm[:start] + _METADATA_NAME.sub(tag, asm[start:end]) + asm[end:]
 
 
-def link(obj: Path, out: Path, linker: str) -> None:
+def link(obj: Path, out: Path, linker: Sequence[str]) -> None:
   """`ld.lld -shared` of one code object. A linker that cannot link an object of an empty kernel
   (llvmlite's, for the same arch) is the user's to replace (exit 1); failing on ours alone is our bug."""
   def probe() -> list[str]:
     arch = out.suffixes[-2].lstrip(".") if len(out.suffixes) > 1 else DEFAULT_ARCHS[0]
     (obj.parent / ".uopc-probe.o").write_bytes(code_object([], arch, "probe")[1])
-    return [linker, "-shared", "--no-undefined", "-o", ".uopc-probe.hsaco", ".uopc-probe.o"]
+    return [*linker, "-shared", "--no-undefined", "-o", ".uopc-probe.hsaco", ".uopc-probe.o"]
   try:
-    run_on_generated([linker, "-shared", "--no-undefined", "-o", out.name, obj.name], out.parent, probe)
+    run_on_generated([*linker, "-shared", "--no-undefined", "-o", out.name, obj.name], out.parent, probe)
   finally:
     for leftover in (".uopc-probe.o", ".uopc-probe.hsaco"): (obj.parent / leftover).unlink(missing_ok=True)
-  if not out.is_file(): raise ToolFailure(f"{linker} wrote no {out.name}")
+  if not out.is_file(): raise ToolFailure(f"{' '.join(linker)} wrote no {out.name}")
 
 
 def artifact_paths(out_dir: Path, name: str, arch: str) -> dict[str, Path]:
@@ -99,9 +114,10 @@ def build_code_objects(out_dir: Path, name: str, kernels: Sequence, archs: Seque
   check_archs(archs)
   linker = find_linker(env)
   if linker is None:
-    print(f"uopc: warning: {missing_linker(env)}: writing the AMD .s and .o only, without the .hsaco code objects "
-          "and the HIP launcher library", file=sys.stderr)
+    current().report(warning(None, f"{missing_linker(env)}: writing the AMD .s and .o only, without the .hsaco code objects "
+                                   "and the HIP launcher library"))
   written: dict[str, Path] = {}
+  progress.expect(len(archs))
   for arch in archs:
     paths = artifact_paths(out_dir, name, arch)
     asm, obj = code_object(kernels, arch, name, opt_level)
@@ -109,4 +125,5 @@ def build_code_objects(out_dir: Path, name: str, kernels: Sequence, archs: Seque
     paths[f"object.{arch}"].write_bytes(obj)
     if linker is not None: link(paths[f"object.{arch}"], paths[f"hsaco.{arch}"], linker)
     written.update({k: p for k, p in paths.items() if p.is_file()})
+    progress.step(arch)
   return written

@@ -11,10 +11,12 @@ from __future__ import annotations
 import importlib.util
 import os
 import shutil
-import sys
 from pathlib import Path
 from typing import Mapping, Sequence
 
+from uopc import progress
+from uopc.diagnostics import note
+from uopc.reporter import current
 from uopc.targets.cuda.ptx import RENDER_ARCH
 from uopc.tools import run_on_generated
 
@@ -56,17 +58,19 @@ def build_fatbin(ptx: Path, archs: Sequence[str], out: Path, opt_level: int = 3,
   """NAME.fatbin next to `ptx`: a cubin per arch and the PTX itself; None without fatbinary."""
   fatbinary, ptxas = find_tool("fatbinary", env), find_tool("ptxas", env)
   if fatbinary is None:
-    print(f"uopc: note: no fatbinary (CUDA_HOME, PATH or `pip install nvidia-cuda-nvcc`): {out.name} is not built and "
-          "the library embeds the PTX, compiled by the driver at first use", file=sys.stderr)
+    current().report(note(None, f"no fatbinary (CUDA_HOME, PATH or `pip install nvidia-cuda-nvcc`): {out.name} is not built and "
+                                "the library embeds the PTX, compiled by the driver at first use"))
     return None
   images = []
   if ptxas is None:
-    print(f"uopc: note: no ptxas (CUDA_HOME, PATH or `pip install nvidia-cuda-nvcc`): {out.name} holds only PTX, "
-          "compiled by the driver at first use", file=sys.stderr)
+    current().report(note(None, f"no ptxas (CUDA_HOME, PATH or `pip install nvidia-cuda-nvcc`): {out.name} holds only PTX, "
+                                "compiled by the driver at first use"))
   else:
+    progress.expect(len(archs))
     for arch in archs:
       cubin = assemble(ptx, arch, ptx.with_name(f"{ptx.stem}.{arch}.cubin"), ptxas, opt_level)
       images.append(f"--image3=kind=elf,sm={_sm(arch)},file={cubin.name}")
+      progress.step(cubin.name)
   images.append(f"--image3=kind=ptx,sm={_sm(RENDER_ARCH)},file={ptx.name}")
   run_on_generated([str(fatbinary), f"--create={out.name}", "-64", *images], ptx.parent)
   return out

@@ -18,7 +18,6 @@ pointers (`(__bridge void*)` of the Objective-C object):
 from __future__ import annotations
 
 import shutil
-import subprocess
 from pathlib import Path
 from typing import Sequence
 
@@ -26,6 +25,7 @@ from uopc.launcher import (EntryKernels, header_file, arg_checks, c_identifier, 
                            launched, metadata_tables, strerror_function)
 from uopc.targets.geometry import size_expr
 from uopc.targets.metal.render import MetalKernel
+from uopc.tools import run_tool
 
 ERR_METAL = 64  # outside the shared uopc_status range, so it never collides with a future shared code
 
@@ -200,7 +200,7 @@ def build_macos(out_dir: Path, name: str) -> list[Path]:
            ["xcrun", "-sdk", "macosx", "clang", "-fobjc-arc", "-O2", "-shared", "-fvisibility=hidden", "-framework", "Metal",
             "-framework", "Foundation", f"{name}_launcher.m", "-o", f"lib{name}.dylib"]]
   for cmd in steps:
-    done = subprocess.run(cmd, cwd=out_dir, capture_output=True, text=True)
+    done = run_tool(cmd, out_dir)
     if done.returncode != 0:
       raise RuntimeError(f"{' '.join(cmd)} failed (exit {done.returncode}) on generated code:\n{done.stdout}{done.stderr}")
   (out_dir / f"{name}.air").unlink()

@@ -3,9 +3,10 @@
 them on a Mac with the command written at the top of NAME_launcher.m."""
 from __future__ import annotations
 
-import sys
 from pathlib import Path
 
+from uopc.diagnostics import note
+from uopc.reporter import current
 from uopc.targets import BuildRequest, Target
 
 MAC_ONLY = ("metallib", "dylib")
@@ -30,8 +31,8 @@ def build(req: BuildRequest) -> dict[str, Path]:
   paths["launcher"].write_text(render_launcher(req.name, req.entries, source))
   paths["header"].write_text(render_header(req.name, req.entries))
   if any(k in req.emit for k in MAC_ONLY) and not build_macos(req.out_dir, req.name):
-    print(f"uopc: note: no Xcode tools (xcrun) here: {req.name}.metallib and lib{req.name}.dylib are not built; "
-          f"build them on macOS from {req.name}.metal and {req.name}_launcher.m", file=sys.stderr)
+    current().report(note(None, f"no Xcode tools (xcrun) here: {req.name}.metallib and lib{req.name}.dylib are not built; "
+                                f"build them on macOS from {req.name}.metal and {req.name}_launcher.m"))
     return {k: p for k, p in paths.items() if k not in MAC_ONLY}
   return paths
 
