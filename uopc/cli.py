@@ -4,12 +4,12 @@ from __future__ import annotations
 
 import functools
 import sys
-import traceback
 from pathlib import Path
 
 import click
 
 from uopc import __version__
+from uopc.cli_reporting import diagnostics_format_option, outcome, requested_format, show_usage_error, verbose_option
 from uopc.diagnostics import CompileError, Loc, error
 from uopc.targets import target_names
 
@@ -24,53 +24,9 @@ def compiler_command(fn):
   def wrapper(*args, diagnostics_format="text", verbose=False, **kwargs):
     from uopc.reporter import Reporter, reporting
     with reporting(Reporter(diagnostics_format, verbose)) as reporter:
-      code = _outcome(reporter, lambda: fn(*args, **kwargs))
+      code = outcome(reporter, lambda: fn(*args, **kwargs))
     if code: sys.exit(code)
   return diagnostics_format_option(wrapper)
-
-
-def _outcome(reporter, command) -> int:
-  """Run `command`; the exit code, after the reporter has said everything (SARIF: its log)."""
-  code = 1
-  try:
-    command()
-    code = 0
-  except CompileError as e:
-    reporter.fail(e)
-  except SystemExit as e:
-    code = e.code if isinstance(e.code, int) else int(e.code is not None)
-  except click.UsageError as e:
-    if reporter.format == "text": raise
-    reporter.fail(CompileError([error(None, e.format_message())]))
-  except (click.exceptions.Exit, click.ClickException, KeyboardInterrupt):
-    raise
-  except Exception as e:  # noqa: BLE001 - the last line of defence for the user
-    debug = "--debug" in sys.argv or _debug_env()
-    reporter.internal_error(f"internal compiler error: {type(e).__name__}: {e}", traceback.format_exc().rstrip() if debug else
-                            "(set UOPC_DEBUG=1 for the Python traceback, and please report it)")
-    code = 2
-  finally:
-    reporter.finish(code)
-  return code
-
-
-def diagnostics_format_option(fn):
-  return click.option("--diagnostics-format", type=click.Choice(["text", "json", "sarif"]), default="text", show_default=True,
-                      envvar="UOPC_DIAGNOSTICS_FORMAT",
-                      help="How diagnostics are written on stderr: text (coloured on a terminal unless NO_COLOR is set), "
-                           "json (one object a line: file, line, column, severity, message, notes) or sarif (one SARIF 2.1.0 "
-                           "log, for code-scanning tools). Also $UOPC_DIAGNOSTICS_FORMAT.")(fn)
-
-
-def verbose_option(fn):
-  return click.option("-v", "--verbose", is_flag=True,
-                      help="Print every outside command uopc runs (the C compiler, ptxas, fatbinary, ld.lld, ...) on stderr "
-                           "as a shell line one can paste.")(fn)
-
-
-def _debug_env() -> bool:
-  import os
-  return os.environ.get("UOPC_DEBUG", "") not in ("", "0")
 
 
 class UopcGroup(click.Group):
@@ -83,31 +39,12 @@ class UopcGroup(click.Group):
     except click.ClickException as e:
       code = 1 if isinstance(e, click.UsageError) else e.exit_code
       argv = kwargs.get("args", args[0] if args else None)
-      _show_usage_error(e, code, _requested_format(sys.argv[1:] if argv is None else list(argv)))
+      show_usage_error(e, code, requested_format(sys.argv[1:] if argv is None else list(argv)))
       sys.exit(code)
     except click.Abort:
       click.echo("Aborted!", err=True)
       sys.exit(1)
     sys.exit(code if isinstance(code, int) else 0)
-
-
-def _requested_format(argv: list[str]) -> str:
-  """The diagnostics format a command line asks for, read without click (whose parsing failed)."""
-  import os
-  fmt = os.environ.get("UOPC_DIAGNOSTICS_FORMAT", "text")
-  for i, a in enumerate(argv):
-    if a.startswith("--diagnostics-format="): fmt = a.partition("=")[2]
-    elif a == "--diagnostics-format" and i + 1 < len(argv): fmt = argv[i + 1]
-  return fmt if fmt in ("json", "sarif") else "text"
-
-
-def _show_usage_error(e: click.ClickException, code: int, fmt: str) -> None:
-  """A bad command line in the format asked for: click's own text, or a diagnostic for machines."""
-  if fmt == "text": return e.show()
-  from uopc.reporter import Reporter
-  reporter = Reporter(fmt)
-  reporter.fail(CompileError([error(None, e.format_message())]))
-  reporter.finish(code)
 
 
 def _print_cmake_dir(ctx, param, value) -> None:

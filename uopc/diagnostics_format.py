@@ -12,6 +12,7 @@ Invariants:
   without one, unlocated diagnostics (a missing tool, an unreadable file) and internal compiler
   errors are the invocation's toolExecutionNotifications. A file under the working directory is
   named relative to it (uriBaseId %SRCROOT%), others by an absolute file: URI. Columns count code points.
+  Diagnostics have no codes of their own, so a result's ruleId is its level (error, warning, note).
 """
 from __future__ import annotations
 
