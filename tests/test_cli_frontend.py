@@ -58,3 +58,18 @@ def test_show_lists_derived_properties():
   assert "shape=(4, 3, 2)" in line and ": f32" in line and "min_max=(-inf, inf)" in line and "addrspace=" in line
   code, out = run("show", str(SAMPLES / "seed002_add2.uop"))
   assert "SPECIAL(%" in out and "min_max=(0, 1)" in out
+
+
+def test_version_lists_uopc_and_the_outside_tools(tmp_path):
+  """`uopc --version` says uopc's version, the LLVM it compiles with and each outside tool a build runs,
+  or where to get it when it is missing (here: a C compiler that is not there)."""
+  import os
+  import subprocess
+  import sys
+  env = {**os.environ, "CC": str(tmp_path / "no-such-cc")}
+  done = subprocess.run([sys.executable, "-m", "uopc", "--version"], capture_output=True, text=True, env=env)
+  assert done.returncode == 0, done.stderr
+  from uopc import __version__
+  assert done.stdout.startswith(f"uopc {__version__} (Python ") and "through llvmlite" in done.stdout
+  assert "C compiler ($CC): " in done.stdout and "cannot run" in done.stdout
+  assert "ptxas (-t cuda): " in done.stdout and "ld.lld >= 16 (-t amd): " in done.stdout

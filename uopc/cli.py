@@ -53,8 +53,17 @@ def _print_cmake_dir(ctx, param, value) -> None:
   ctx.exit()
 
 
+def _print_version(ctx: click.Context, value: bool) -> None:
+  """--version: uopc's version and the outside tools a build would use (uopc/versions.py)."""
+  if not value or ctx.resilient_parsing: return
+  from uopc.versions import version_report
+  click.echo(version_report(), nl=False)
+  ctx.exit(0)
+
+
 @click.group(cls=UopcGroup, context_settings={"help_option_names": ["-h", "--help"]})
-@click.version_option(__version__, "--version", "-V", prog_name="uopc")
+@click.option("--version", "-V", is_flag=True, expose_value=False, is_eager=True, callback=lambda ctx, _, value: _print_version(ctx, value),
+              help="Show uopc's version and the outside tools a build would use, then exit.")
 @click.option("--cmake-dir", is_flag=True, expose_value=False, is_eager=True, callback=_print_cmake_dir,
               help="Print the folder of uopc's CMake package and exit (cmake -Duopc_DIR=\"$(uopc --cmake-dir)\").")
 def cli():
