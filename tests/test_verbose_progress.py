@@ -52,6 +52,7 @@ def _multi_entry(tmp_path: Path, n: int) -> Path:
 def test_a_bar_on_a_terminal_only(tmp_path, monkeypatch):
   """Six entries and the C compiler's run: steps of 6, then 7."""
   monkeypatch.setattr(progress, "DELAY_S", 0.0)
+  monkeypatch.setattr(progress, "MININTERVAL_S", 0.0)  # every step redrawn, however fast the build
   source = _multi_entry(tmp_path, 6)
   for fmt, stream, shown in (("text", Tty(), True), ("text", io.StringIO(), False), ("json", Tty(), False)):
     monkeypatch.setattr("sys.stderr", stream)

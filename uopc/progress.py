@@ -9,6 +9,7 @@ builds, piped output and the machine formats show nothing. Without an open bar, 
 from __future__ import annotations
 
 DELAY_S = 0.5
+MININTERVAL_S = 0.1  # tqdm's: the least time between two redraws
 
 
 class Progress:
@@ -21,7 +22,7 @@ class Progress:
     if self.shown and self.reporter.progress_bar is None:
       from tqdm import tqdm
       self.bar = tqdm(total=0, desc=self.what, unit="step", delay=DELAY_S, leave=False, file=self.reporter.stream, dynamic_ncols=True,
-                      miniters=1)  # redrawn after every slow step, however fast the ones before
+                      miniters=1, mininterval=MININTERVAL_S)  # redrawn after every slow step, however fast the ones before
       self.reporter.progress_bar = self
     return self
 
