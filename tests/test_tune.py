@@ -214,9 +214,47 @@ def test_bad_tune_options_are_errors(tmp_path, args, message):
   assert res.exit_code == 1 and message in res.output and not (tmp_path / "db.json").exists()
 
 
-def test_a_target_without_a_timer_is_an_error(tmp_path):
+def test_cuda_without_a_gpu_is_an_error(tmp_path, monkeypatch):
+  from uopc.tune import measure_cuda
+  def no_gpu(self): raise measure_cuda.CudaError("no CUDA device")
+  monkeypatch.setattr(measure_cuda.CudaDevice, "__init__", no_gpu)
   res = uopc("tune", ROOT / "samples/gemm.uop", "--db", tmp_path / "db.json", "-t", "cuda", "--arch", "sm_90")
-  assert res.exit_code == 1 and "Traceback" not in res.output
+  assert res.exit_code == 1 and "-t cuda is tuned on a GPU: no CUDA device" in res.output and "Traceback" not in res.output
+
+
+def test_cuda_candidates_build_without_a_gpu(tmp_path):
+  """The CUDA half that needs no GPU: a candidate library, whose metadata orders the kernel's buffers."""
+  import ctypes
+  from uopc.run import library_arguments
+  from uopc.stages.optimize import heuristic_opts, target_caps, type_axes
+  from uopc.tune.compile import Job, build_candidate
+  from uopc.tune.measure import ENTRY, LIB, kernel_data
+  k = kernels_of(program(tmp_path, mlp()), "cuda", "sm_90")[0]
+  caps = target_caps("cuda")
+  built = build_candidate(Job(k.name, k.sink, heuristic_opts(type_axes(k.sink, caps), caps), "cuda", None, ("sm_90",), (), str(tmp_path / "c")))
+  assert built.so is not None, built.error
+  data = kernel_data(k.sink)
+  order = library_arguments(ctypes.CDLL(built.so), LIB, ENTRY, data.args)
+  assert sorted(a.name for a in order) == sorted(a.name for a in data.args)
+
+
+@pytest.mark.gpu
+def test_tune_cuda_on_a_gpu_then_build_without_one(tmp_path):
+  from uopc.tune.measure_cuda import CudaDevice, CudaError
+  try:
+    arch = CudaDevice().arch()
+  except CudaError as e:
+    pytest.skip(f"no usable CUDA GPU: {e}")
+  src, db = program(tmp_path, mlp()), tmp_path / "db.json"
+  res = uopc_process("tune", src, "-t", "cuda", "--db", db, "--budget", "20s", cwd=tmp_path)
+  assert res.returncode == 0 and "2 of 2 kernels tuned" in res.stdout, res.stderr
+  entries = tuning_db.load(db)
+  assert all(e.arch == arch for e in entries.values())
+  built = uopc_process("build", src, "-t", "cuda", "--arch", arch, "--tuning", db, "-o", tmp_path / "tuned", cwd=tmp_path)
+  pins = [a for e in entries.values() for a in ("--opts", f"{e.kernel}:{e.opts}")]
+  pinned = uopc_process("build", src, "-t", "cuda", "--arch", arch, *pins, "-o", tmp_path / "pinned", cwd=tmp_path)
+  assert built.returncode == pinned.returncode == 0, built.stderr + pinned.stderr
+  assert outputs(tmp_path / "tuned") == outputs(tmp_path / "pinned")
 
 
 # ---- the search -----------------------------------------------------------------------------------------------------
