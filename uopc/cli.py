@@ -206,10 +206,14 @@ def _comma_list(ctx, param, value: str | None) -> tuple[str, ...] | None:
                    "(kernel names as --print-after optimize shows them; 'KERNEL:' alone applies none). Opts: "
                    "SPLIT(axis,k,type[,top]) with type g l t L R G u r, PADTO(axis,m), SWAP(axis,axis), NOLOCALS, TC(axis[,tc]) (tensor cores, -t cuda: a float16/bfloat16 gemm). "
                    "@FILE reads one KERNEL:OPTS line per kernel. Repeatable.")
+@click.option("--tuning", "tuning_db", type=click.Path(dir_okay=False), metavar="DB.json",
+              help="A tuning database (`uopc tune`): kernels found in it get its opts, the others the heuristics "
+                   "(--opts still wins); the output is byte-identical to a build with those opts pinned. No device needed.")
+@click.option("--tuning-report", is_flag=True, help="With --tuning: say which kernels got the database's opts and which fell back.")
 @verbose_option
 @compiler_command
 def build(file, target, out_dir, emit, archs, opt_level, print_before, print_after, make_deps, dep_file, allow_custom, fast_math,
-          cpu, name, pinned):
+          cpu, name, pinned, tuning_db, tuning_report):
   from uopc.driver import BuildOptions, build as run_build, check_target, lib_name
   from uopc.pipeline import UnknownStageError, check_stage_name
   from uopc.stages.optimize import parse_schedule
@@ -220,6 +224,10 @@ def build(file, target, out_dir, emit, archs, opt_level, print_before, print_aft
     name = lib_name(file, name)
   except (UnknownStageError, ValueError) as e:
     raise click.UsageError(str(e)) from e
+  if tuning_report and not tuning_db: raise click.UsageError("--tuning-report needs --tuning DB.json")
+  if tuning_db:
+    from uopc.tune.command import build_schedule
+    schedule = build_schedule(file, tuning_db, target, name, archs or (), cpu, schedule, tuning_report)
   out = Path(out_dir)
   depfile = Path(dep_file) if dep_file else (out / f"{name}.d" if make_deps else None)
   run_build(file, BuildOptions(target, out, emit, int(opt_level), print_before, print_after, None, depfile, name, archs or (), allow_custom=allow_custom,
@@ -309,6 +317,58 @@ def export_cmd(target, inputs, output, name, weights, var_specs):
   text = export_file(target, list(inputs), name, weights, list(var_specs))
   if output: _write_atomic(Path(output), text)
   else: click.echo(text, nl=False)
+
+
+_TUNE_HELP = """Search each kernel of FILE for faster opts than the heuristics' (BEAM search over the OptOps of
+`--opts`, from the heuristics' choice) and record them in the tuning database DB.json, which
+`uopc build --tuning DB.json` then uses on any machine, with no device.
+
+Candidates are built in parallel (-j, default every core), then timed one at a time on the device:
+-t c and -t llvm on this CPU, -t cuda on GPU 0 (through the CUDA driver); each is run on the same
+random inputs and its output checked against the heuristic kernel's (a candidate with another
+output is never kept); its time is the median of several runs after a warm-up. --budget is the
+run's time, shared among the kernels (--kernel-budget caps each); the database is saved after each
+kernel, and kernels already in it are skipped unless --retune. Entries are keyed by the kernel's IR
+after Rangeify, the target, the arch (-t c: the --cpu level) and the search-space version.
+
+\b
+Sharding and merging (several machines or GPUs tune one model):
+  uopc tune model.uop -t cuda --db part0.json --shard 0/2    (and --shard 1/2 elsewhere)
+  uopc tune --merge part0.json part1.json -o tuning.json
+
+\b
+Examples:
+  uopc tune model.uop -t c --db tuning.json --budget 5m
+  uopc build model.uop -t c --tuning tuning.json --tuning-report -o build/
+"""
+
+
+@cli.command("tune", help=_TUNE_HELP)
+@click.argument("files", nargs=-1, required=True, type=click.Path(dir_okay=False), metavar="FILE | --merge DB...")
+@click.option("-t", "--target", default="c", show_default=True, type=click.Choice(["c", "llvm", "cuda"]), help="Target to tune for.")
+@click.option("--db", "db_path", type=click.Path(dir_okay=False), metavar="DB.json", help="The tuning database to add to (created if missing).")
+@click.option("--budget", default="300s", show_default=True, metavar="TIME", help="Time for the whole run: 300s, 5m, 1h.")
+@click.option("--kernel-budget", default=None, metavar="TIME", help="Time at most per kernel (default: a fair share of what is left).")
+@click.option("--beam", default=4, show_default=True, type=click.IntRange(1, 64), help="Kernels kept per round of the search.")
+@click.option("-j", "--jobs", default=0, type=click.IntRange(0, 1024), help="Build workers (default 0: every core).")
+@click.option("--shard", default="0/1", show_default=True, metavar="I/N", help="Tune only the kernels of shard I of N (0 <= I < N), by key.")
+@click.option("--cpu", default="portable", show_default=True, type=click.Choice(["portable", "native", "x86-64-v2", "x86-64-v3", "x86-64-v4"]),
+              help="-t c: the instruction set to tune for (as `uopc build --cpu`).")
+@click.option("--arch", default=None, metavar="ARCH", help="-t cuda: the arch the entries are for (default: the GPU's, e.g. sm_90).")
+@click.option("--name", default=None, help="NAME, as in `uopc build --name` (the kernels' names in the database).")
+@click.option("--retune", is_flag=True, help="Search again the kernels the database already has.")
+@click.option("--merge", "merge", is_flag=True, help="Merge the databases FILES into -o (on a kernel in several, the fastest entry).")
+@click.option("-o", "output", type=click.Path(dir_okay=False), help="With --merge: the merged database.")
+@compiler_command
+def tune_cmd(files, target, db_path, budget, kernel_budget, beam, jobs, shard, cpu, arch, name, retune, merge, output):
+  from uopc.tune.command import merge_files, parse_budget, parse_shard, tune
+  from uopc.tune.search import TuneOptions
+  if merge: return click.echo(merge_files(files, output))
+  if len(files) != 1: raise click.UsageError("tune takes one FILE (or --merge DB...)")
+  if db_path is None: raise click.UsageError("tune needs --db DB.json (the database to write)")
+  options = TuneOptions(target, cpu, arch, parse_budget(budget, "--budget"), parse_budget(kernel_budget, "--kernel-budget") if kernel_budget else None,
+                        beam, jobs, parse_shard(shard), retune=retune, name=name)
+  click.echo(tune(files[0], db_path, options))
 
 
 def _write_atomic(path: Path, text: str) -> None:

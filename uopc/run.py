@@ -259,30 +259,41 @@ def run_native(path: Path, entry: Entry, target: str, args: list[Arg], arrays: d
 def call_entry(lib: ctypes.CDLL, prefix: str, entry: str, args: list[Arg], arrays: dict[str, np.ndarray],
                variables: dict[str, int]) -> None:
   """Call PREFIX_ENTRY with the arguments its metadata (PREFIX_entry_info) lists."""
-  find_entry, entry_info, strerror = (getattr(lib, f"{prefix}_{f}") for f in ("find_entry", "entry_info", "strerror"))
-  find_entry.restype, entry_info.restype, strerror.restype = ctypes.c_int, ctypes.POINTER(_EntryInfo), ctypes.c_char_p
+  actual = [ctypes.c_int64(variables[a.name]) if a.kind == "var" else ctypes.c_void_p(arrays[a.name].ctypes.data)
+            for a in library_arguments(lib, prefix, entry, args)]
+  fn = getattr(lib, f"{prefix}_{entry}")
+  fn.restype = ctypes.c_int
+  status = fn(*actual)
+  if status != 0:
+    raise CompileError([error(None, f"entry '{entry}' refused its arguments: {entry_strerror(lib, prefix, status)}")])
+
+
+def entry_strerror(lib: ctypes.CDLL, prefix: str, status: int) -> str:
+  strerror = getattr(lib, f"{prefix}_strerror")
+  strerror.restype = ctypes.c_char_p
+  return strerror(status).decode()
+
+
+def library_arguments(lib: ctypes.CDLL, prefix: str, entry: str, args: list[Arg]) -> list[Arg]:
+  """The program's arguments in the order PREFIX_ENTRY takes them, by its metadata (PREFIX_entry_info)."""
+  find_entry, entry_info = (getattr(lib, f"{prefix}_{f}") for f in ("find_entry", "entry_info"))
+  find_entry.restype, entry_info.restype = ctypes.c_int, ctypes.POINTER(_EntryInfo)
   index = find_entry(entry.encode())
   if index < 0: raise RuntimeError(f"the library has no entry '{entry}'")
   info = entry_info(index).contents
   # the metadata names a buffer as the program does, or data<slot> when the PARAM has no name; a
   # buffer no kernel reads or writes is not an argument at all, so match by name, not by position
   buffers = {a.name: a for a in args if a.kind == "buffer"} | {f"data{a.key}": a for a in args if a.kind == "buffer"}
-  actual = []
+  variables = {a.name: a for a in args if a.kind == "var"}
+  out = []
   for i in range(info.num_args):
     meta = info.args[i]
     name = meta.name.decode()
-    if meta.kind == _KIND_VAR:
-      actual.append(ctypes.c_int64(variables[name]))
-      continue
-    a = buffers.get(name)
-    if a is None or meta.dtype_name.decode() != a.dtype.name:
-      raise RuntimeError(f"library argument {i} ({name}, {meta.dtype_name.decode()}) is none of the program's buffers")
-    actual.append(ctypes.c_void_p(arrays[a.name].ctypes.data))
-  fn = getattr(lib, f"{prefix}_{entry}")
-  fn.restype = ctypes.c_int
-  status = fn(*actual)
-  if status != 0:
-    raise CompileError([error(None, f"entry '{entry}' refused its arguments: {strerror(status).decode()}")])
+    a = variables.get(name) if meta.kind == _KIND_VAR else buffers.get(name)
+    if a is None or (meta.kind != _KIND_VAR and meta.dtype_name.decode() != a.dtype.name):
+      raise RuntimeError(f"library argument {i} ({name}, {meta.dtype_name.decode()}) is none of the program's arguments")
+    out.append(a)
+  return out
 
 
 # ---- output ---------------------------------------------------------------------------------------------

@@ -1,0 +1,86 @@
+"""`uopc build --tuning DB`: the database's opts for the kernels it knows, the heuristics for the others.
+
+The result is a `--opts` schedule (kernel name -> opts) that the ordinary build then uses, so a build
+with `--tuning DB` is byte for byte the build with those opts pinned by `--opts`; no device is needed.
+Kernels the user pins with `--opts` keep them. A kernel falls back to the heuristics when the
+database has no entry for its key; when an entry of the same kernel name, target and arch has another
+key (the kernel changed since it was tuned, or the search space did), the fallback gets a note; so does
+an entry whose opts no longer apply. Notes go to stderr always; `--tuning-report` adds a line per kernel.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Mapping
+
+from uopc.diagnostics import CompileError
+from uopc.tune import db as tuning_db
+from uopc.tune.kernels import Kernel, key_arch, load_checked, program_kernels
+from uopc.tune.space import SPACE_VERSION
+
+
+@dataclass(frozen=True)
+class Use:
+  """How one kernel got its opts: source is 'database', 'heuristics' or '--opts'; note: why it fell back."""
+  kernel: str
+  source: str
+  detail: str = ""
+  note: str = ""
+
+
+def tuned_schedule(file: str, db_path: str, target: str, lib: str, archs: tuple[str, ...], cpu: str,
+                   pinned: Mapping[str, tuple] | None, env: Mapping[str, str]) -> tuple[dict[str, tuple], list[Use]]:
+  """The schedule a build with `--tuning db_path` uses, and how each kernel got its opts."""
+  from uopc.targets import get_target
+  entries = tuning_db.load(db_path)
+  module = load_checked(file)
+  arch_list = [key_arch(target, cpu, (a,)) for a in (archs or get_target(target).default_archs)] or [key_arch(target, cpu, ())]
+  kernels = {arch: program_kernels(module, target, lib, arch, SPACE_VERSION) for arch in dict.fromkeys(arch_list)}
+  caps = _caps(target, cpu, env)
+  schedule, uses = dict(pinned or {}), []
+  for i, k in enumerate(kernels[arch_list[0]]):
+    if k.name in schedule:
+      uses.append(Use(k.name, "--opts"))
+      continue
+    found = next(((arch, entries[ks[i].key]) for arch, ks in kernels.items() if ks[i].key in entries), None)
+    use = _use(k, found[1], caps) if found else Use(k.name, "heuristics", "not in the database", _stale(k, entries, target, arch_list))
+    if use.source == "database": schedule[k.name] = _opts(found[1].opts)
+    uses.append(use)
+  return schedule, uses
+
+
+def _caps(target: str, cpu: str, env: Mapping[str, str]):
+  from uopc.driver import cpu_vector_bytes
+  from uopc.stages.optimize import target_caps
+  return target_caps(target, cpu_vector_bytes(cpu, env) if target == "c" else None)
+
+
+def _opts(text: str) -> tuple:
+  from uopc.stages.optimize import parse_opts
+  return parse_opts(text)
+
+
+def _use(k: Kernel, entry: tuning_db.Entry, caps) -> Use:
+  """The database's opts for `k`, unless they no longer apply (then the heuristics, with a note)."""
+  from uopc.stages.optimize import apply_opts, type_axes
+  try:
+    apply_opts(type_axes(k.sink, caps), _opts(entry.opts), caps, k.name)
+  except CompileError as e:
+    return Use(k.name, "heuristics", "its database entry does not apply",
+               f"kernel {k.name}: the database's opts {entry.opts} do not apply ({e.diagnostics[0].message}); it gets the heuristics")
+  speed = f"{entry.heuristic_us / entry.time_us:.2f}x" if entry.time_us > 0 else "?"
+  return Use(k.name, "database", f"{entry.opts or '(no opts)'} ({entry.time_us:g} us, heuristics {entry.heuristic_us:g} us: {speed} on {entry.device})")
+
+
+def _stale(k: Kernel, entries: Mapping[str, tuning_db.Entry], target: str, archs: list[str]) -> str:
+  stale = sorted(key for key, e in entries.items() if e.kernel == k.name and e.target == target and e.arch in archs)
+  if not stale: return ""
+  e = entries[stale[0]]
+  why = f"it was tuned with search space {e.space}, this uopc has {SPACE_VERSION}" if e.space != SPACE_VERSION else "the kernel changed since it was tuned"
+  return f"kernel {k.name}: the database's entry {stale[0]} is stale ({why}); it gets the heuristics"
+
+
+def format_report(db_path: str, uses: list[Use]) -> str:
+  used = sum(u.source == "database" for u in uses)
+  lines = [f"tuning report ({db_path}): {used} of {len(uses)} kernels from the database"]
+  lines += [f"  {u.kernel}: {u.source}" + (f": {u.detail}" if u.detail else "") for u in uses]
+  return "\n".join(lines)

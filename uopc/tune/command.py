@@ -1,0 +1,61 @@
+"""What the `uopc tune` command and `uopc build --tuning` do, apart from their click declarations (uopc.cli).
+
+Every user error (a bad budget or shard, an unreadable or corrupted database, a target that cannot
+be tuned) is a CompileError, so the CLI prints it located and exits 1.
+"""
+from __future__ import annotations
+
+import re
+import sys
+from typing import Mapping, TextIO
+
+from uopc.diagnostics import CompileError, error
+from uopc.tune import db as tuning_db
+
+_UNITS = {"": 1.0, "s": 1.0, "m": 60.0, "min": 60.0, "h": 3600.0}
+
+
+def parse_budget(text: str, flag: str) -> float:
+  """`300`, `300s`, `5m`, `1.5h` -> seconds."""
+  m = re.fullmatch(r"\s*(\d+(?:\.\d*)?|\.\d+)\s*([a-z]*)\s*", text)
+  if m is None or m.group(2) not in _UNITS:
+    raise CompileError([error(None, f"{flag} {text}: expected a duration such as 300s, 5m or 1h")])
+  return float(m.group(1)) * _UNITS[m.group(2)]
+
+
+def parse_shard(text: str) -> tuple[int, int]:
+  """`i/n` with 0 <= i < n."""
+  m = re.fullmatch(r"\s*(\d+)\s*/\s*(\d+)\s*", text)
+  if m is None or not 0 <= int(m.group(1)) < int(m.group(2)):
+    raise CompileError([error(None, f"--shard {text}: expected I/N with 0 <= I < N, e.g. 0/4 .. 3/4")])
+  return int(m.group(1)), int(m.group(2))
+
+
+def merge_files(inputs: tuple[str, ...], output: str | None) -> str:
+  """Merge the databases `inputs` into `output`; the summary line."""
+  if not inputs: raise CompileError([error(None, "--merge needs the databases to merge: uopc tune --merge a.json b.json -o all.json")])
+  if output is None: raise CompileError([error(None, "--merge needs -o OUT.json")])
+  merged = tuning_db.merge(*(tuning_db.load(p) for p in inputs))
+  tuning_db.save(output, merged)
+  return f"{len(merged)} entries from {len(inputs)} databases into {output}"
+
+
+def tune(file: str, db_path: str, options, progress_stream: TextIO | None = None) -> str:
+  """Run `uopc tune` on `file`; the summary."""
+  from uopc.tune.progress import Progress
+  from uopc.tune.search import format_summary, tune_file
+  reports = tune_file(file, db_path, options, Progress(progress_stream or sys.stderr))
+  return format_summary(reports, db_path)
+
+
+def build_schedule(file: str, db_path: str, target: str, name: str, archs: tuple[str, ...], cpu: str,
+                   pinned: Mapping[str, tuple] | None, report: bool, out: TextIO | None = None) -> dict[str, tuple]:
+  """`uopc build --tuning`: the schedule to build with; notes (and with `report`, the report) to `out`."""
+  import os
+  from uopc.tune.apply import format_report, tuned_schedule
+  out = out or sys.stderr
+  schedule, uses = tuned_schedule(file, db_path, target, name, archs, cpu, pinned, os.environ)
+  for u in uses:
+    if u.note: out.write(f"uopc: note: {db_path}: {u.note}\n")
+  if report: out.write(format_report(db_path, uses) + "\n")
+  return schedule

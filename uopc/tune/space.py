@@ -1,0 +1,83 @@
+"""The search space of `uopc tune`: which OptOps the BEAM search tries next from a kernel's current opts.
+
+From a kernel with opts O (an optimized sink S), the children are O + (one more opt) for each opt of
+seed 000's table that `apply_opt` accepts on S:
+- SPLIT of every axis into each type it may be split into, by the factors below that divide it:
+  UPCAST (u) and UNROLL (r, also a whole short axis), GROUP_REDUCE (G: vector lanes on a CPU,
+  workgroup threads on a GPU, both sides there), THREAD (t, CPU targets), LOCAL (l, GPUs);
+- PADTO of an axis to a multiple it is not already of (PADS);
+- SWAP of two axes of one type; NOLOCALS on a GPU; TC (tensor cores) as the first opt on -t cuda.
+A child whose vector lanes (the product of its UPCAST, UNROLL and CPU GROUP_REDUCE sizes) exceed
+MAX_LANES (or the heuristics' own, when larger) is left out: its code size costs compile time for
+nothing. The shared-memory tiles and pipeline stages the issue mentions are not OptOps yet.
+
+Invariant: the space is a function of (kernel, opts, target caps) and SPACE_VERSION; a change to the
+space (factors, opts, rules) must bump SPACE_VERSION, which is part of every database key, so entries
+found in an older space go stale instead of silently standing for the new one.
+"""
+from __future__ import annotations
+
+from uopc.diagnostics import CompileError
+from uopc.ops import AxisType
+from uopc.stages.optimize import (Opt, OptError, OptOp, TargetCaps, apply_opt, axis_size, axis_type, is_axis, kernel_axes)
+from uopc.uop import UOp
+
+SPACE_VERSION = 1
+UPCASTS = (2, 3, 4, 8, 16)
+UNROLLS = (2, 4, 8, 16)
+CPU_GROUPS = (4, 8, 16, 32)
+GPU_GROUPS = (8, 16, 32, 64, 128, 256)
+LOCALS = (2, 4, 8, 16, 32, 64, 128, 256)
+THREADS = (2, 4, 8, 16, 32, 64)
+PADS = (8, 32)
+MAX_LANES = 512
+
+
+def _splits(t: AxisType, size: int, caps: TargetCaps) -> list[tuple[int, bool, AxisType]]:
+  """(factor, top, new type) of each SPLIT of an axis of type t and `size`."""
+  out: list[tuple[int, bool, AxisType]] = []
+  if t in (AxisType.GLOBAL, AxisType.LOCAL, AxisType.LOOP):
+    out += [(k, False, AxisType.UPCAST) for k in UPCASTS]
+  if t in (AxisType.REDUCE, AxisType.GROUP_REDUCE):
+    out += [(k, False, AxisType.UNROLL) for k in sorted(set(UNROLLS) | ({size} if size <= 16 else set()))]
+  if t is AxisType.REDUCE:
+    out += [(k, top, AxisType.GROUP_REDUCE) for k in (GPU_GROUPS if caps.gpu else CPU_GROUPS) for top in ((False, True) if caps.gpu else (False,))]
+  if t is AxisType.GLOBAL and caps.threads: out += [(k, True, AxisType.THREAD) for k in THREADS]
+  if t in (AxisType.GLOBAL, AxisType.LOOP) and caps.gpu: out += [(k, False, AxisType.LOCAL) for k in LOCALS]
+  return [(k, top, nt) for k, top, nt in out if 1 < k <= size and size % k == 0]
+
+
+def actions(sink: UOp, opts: tuple[Opt, ...], caps: TargetCaps) -> list[Opt]:
+  """Every opt to try after `opts` (not yet checked: `children` applies them)."""
+  axes = kernel_axes(sink)
+  out: list[Opt] = []
+  if not opts and caps.tensor_cores: out += [Opt(OptOp.TC, i, (-1,)) for i, r in enumerate(axes) if is_axis(r) and axis_type(r) is AxisType.REDUCE]
+  for i, r in enumerate(axes):
+    if not is_axis(r) or not isinstance(size := axis_size(r), int): continue
+    out += [Opt(OptOp.SPLIT, i, (k, t, top)) for k, top, t in _splits(axis_type(r), size, caps)]
+    out += [Opt(OptOp.PADTO, i, m) for m in PADS if size % m != 0 and size > m // 2]
+    out += [Opt(OptOp.SWAP, i, j) for j in range(i + 1, len(axes)) if is_axis(axes[j]) and axis_type(axes[j]) is axis_type(r)]
+  if caps.gpu and not any(o.op is OptOp.NOLOCALS for o in opts): out.append(Opt(OptOp.NOLOCALS))
+  return out
+
+
+def lanes(sink: UOp, caps: TargetCaps) -> int:
+  """The vector lanes of an optimized kernel: the product of its UPCAST, UNROLL (and on a CPU GROUP_REDUCE) sizes."""
+  wide = (AxisType.UPCAST, AxisType.UNROLL) + (() if caps.gpu else (AxisType.GROUP_REDUCE,))
+  n = 1
+  for r in kernel_axes(sink):
+    if is_axis(r) and axis_type(r) in wide and isinstance(s := axis_size(r), int): n *= s
+  return n
+
+
+def children(sink: UOp, opts: tuple[Opt, ...], caps: TargetCaps, max_lanes: int = MAX_LANES) -> list[tuple[tuple[Opt, ...], UOp]]:
+  """(opts + (opt,), the kernel they make) for each legal action within the lane budget."""
+  nolocals = any(o.op is OptOp.NOLOCALS for o in opts)
+  out = []
+  for opt in actions(sink, opts, caps):
+    try:
+      new = apply_opt(sink, opt, caps, first=not opts, nolocals=nolocals)
+    except (OptError, CompileError):
+      continue
+    if lanes(new, caps) <= max_lanes: out.append((opts + (opt,), new))
+  return out
