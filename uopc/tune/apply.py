@@ -14,7 +14,7 @@ from typing import Mapping
 
 from uopc.diagnostics import CompileError
 from uopc.tune import db as tuning_db
-from uopc.tune.kernels import Kernel, key_arch, load_checked, program_kernels
+from uopc.tune.kernels import Kernel, kernel_key, key_arch, load_checked, program_kernels
 from uopc.tune.space import SPACE_VERSION
 
 
@@ -33,17 +33,17 @@ def tuned_schedule(file: str, db_path: str, target: str, lib: str, archs: tuple[
   from uopc.targets import get_target
   entries = tuning_db.load(db_path)
   module = load_checked(file)
-  arch_list = [key_arch(target, cpu, (a,)) for a in (archs or get_target(target).default_archs)] or [key_arch(target, cpu, ())]
-  kernels = {arch: program_kernels(module, target, lib, arch, SPACE_VERSION) for arch in dict.fromkeys(arch_list)}
+  # a GPU build for several archs takes the entry of the first arch that has one
+  arch_list = list(dict.fromkeys(key_arch(target, cpu, (a,)) for a in (archs or get_target(target).default_archs))) or [key_arch(target, cpu, ())]
   caps = _caps(target, cpu, env)
   schedule, uses = dict(pinned or {}), []
-  for i, k in enumerate(kernels[arch_list[0]]):
+  for k in program_kernels(module, target, lib, arch_list[0], SPACE_VERSION):
     if k.name in schedule:
       uses.append(Use(k.name, "--opts"))
       continue
-    found = next(((arch, entries[ks[i].key]) for arch, ks in kernels.items() if ks[i].key in entries), None)
-    use = _use(k, found[1], caps) if found else Use(k.name, "heuristics", "not in the database", _stale(k, entries, target, arch_list))
-    if use.source == "database": schedule[k.name] = _opts(found[1].opts)
+    found = next((entries[key] for arch in arch_list if (key := kernel_key(k.sink, target, arch, SPACE_VERSION)) in entries), None)
+    use = _use(k, found, caps) if found else Use(k.name, "heuristics", "not in the database", _stale(k, entries, target, arch_list))
+    if use.source == "database": schedule[k.name] = _opts(found.opts)
     uses.append(use)
   return schedule, uses
 
@@ -67,7 +67,7 @@ def _use(k: Kernel, entry: tuning_db.Entry, caps) -> Use:
   except CompileError as e:
     return Use(k.name, "heuristics", "its database entry does not apply",
                f"kernel {k.name}: the database's opts {entry.opts} do not apply ({e.diagnostics[0].message}); it gets the heuristics")
-  speed = f"{entry.heuristic_us / entry.time_us:.2f}x" if entry.time_us > 0 else "?"
+  speed = f"{entry.heuristic_us / max(entry.time_us, 1e-3):.2f}x"
   return Use(k.name, "database", f"{entry.opts or '(no opts)'} ({entry.time_us:g} us, heuristics {entry.heuristic_us:g} us: {speed} on {entry.device})")
 
 

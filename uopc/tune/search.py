@@ -258,7 +258,7 @@ def format_kernel(r: KernelReport) -> str:
   if r.entry is None: return f"{r.kernel}: {r.status}" + (f" ({r.reason})" if r.reason else "")
   e = r.entry
   counts = f"{r.measured} measured" + (f", {r.failed} failed" if r.failed else "") + (f", {r.wrong} wrong output" if r.wrong else "")
-  return (f"{r.kernel}: {e.heuristic_us:g} us -> {e.time_us:g} us ({e.heuristic_us / e.time_us:.2f}x) "
+  return (f"{r.kernel}: {e.heuristic_us:g} us -> {e.time_us:g} us ({e.heuristic_us / max(e.time_us, 1e-3):.2f}x) "
           f"with {e.opts or '(no opts)'} [{counts}]")
 
 
@@ -266,7 +266,7 @@ def format_summary(reports: list[KernelReport], db_path: str) -> str:
   tuned = [r.entry for r in reports if r.entry is not None]
   lines = [f"{len(tuned)} of {len(reports)} kernels tuned into {db_path}"]
   if tuned:
-    geo = math.exp(sum(math.log(e.heuristic_us / e.time_us) for e in tuned) / len(tuned))
+    geo = math.exp(sum(math.log(max(e.heuristic_us, 1e-3) / max(e.time_us, 1e-3)) for e in tuned) / len(tuned))
     lines.append(f"geometric-mean speedup over the heuristics: {geo:.2f}x")
   if bugs := [f"{r.kernel}: {b}" for r in reports for b in r.internal]:
     lines.append(f"{len(bugs)} candidates hit internal compiler errors (please report):")
