@@ -545,19 +545,23 @@ def _pick_tensor_core(g: _Gemm, caps: TargetCaps, choice: int) -> TensorCore:
 
 
 TC_WARP_TILES = ((2, 4), (2, 2), (1, 2), (1, 1))  # tensor-core tiles per warp (along m, n): the first that divides
+TC_K_STEPS = (2, 1)  # tensor-core K-steps per reduction iteration: the first that divides
 
 
 def _tensor_core(sink: UOp, opt: Opt, caps: TargetCaps, trace: Trace | None) -> UOp:
   """TC (module docstring): the gemm's warp tiles on the grid and the reduction as WMMAs of the warp's
   fragments. A warp computes up to 2 x 4 tensor-core tiles (TC_WARP_TILES), so that each fragment of a
-  it loads serves 4 WMMAs and each of b serves 2."""
+  it loads serves 4 WMMAs and each of b serves 2; a reduction iteration takes TC_K_STEPS K-steps where
+  they divide, each tile's WMMAs chained in k order (fewer, larger iterations: fewer barriers once the
+  operands are staged in LOCAL memory, `uopc.stages.tc_staging`)."""
   if not caps.tensor_cores: raise OptError(f"target {caps.name} has no tensor cores")
   axes = kernel_axes(sink)
   g = _gemm(sink, _axis(axes, opt.axis))
   tc = _pick_tensor_core(g, caps, opt.arg[0])
   (tm, tn, tk), idx = tc.dims, dtypes.index
   wm, wn = next((a, b) for a, b in TC_WARP_TILES if axis_size(g.m) % (tm * a) == 0 and axis_size(g.n) % (tn * b) == 0)
-  m, n, k = (_range(axis_size(r) // t, r.arg[0], axis_type(r)) for r, t in ((g.m, tm * wm), (g.n, tn * wn), (g.k, tk)))
+  ks = next(s for s in TC_K_STEPS if axis_size(g.k) % (tk * s) == 0)
+  m, n, k = (_range(axis_size(r) // t, r.arg[0], axis_type(r)) for r, t in ((g.m, tm * wm), (g.n, tn * wn), (g.k, tk * ks)))
   lane = _range(WARP_SIZE, max(r.arg[0] for r in axes) + 1, AxisType.WARP)
   group, pair = lane.alu(Ops.IDIV, UOp.const(idx, 4)), lane.alu(Ops.MOD, UOp.const(idx, 4)).alu(Ops.MUL, UOp.const(idx, 2))
   def at(tile: UOp, size: int, part: UOp, offset: int) -> UOp:  # tile * size + part + offset
@@ -565,8 +569,10 @@ def _tensor_core(sink: UOp, opt: Opt, caps: TargetCaps, trace: Trace | None) -> 
   def row(i: int, dm: int) -> UOp: return at(m, tm * wm, group, tm * i + dm)
   def fragment(load: UOp, places) -> UOp:
     return UOp(Ops.STACK, load.dtype.vec(len(places)), tuple(substitute(load, dict(p)) for p in places))
-  a = [fragment(g.a, [((g.m, row(i, dm)), (g.k, at(k, tk, pair, dk))) for dm, dk in tc.a]) for i in range(wm)]
-  b = [fragment(g.b, [((g.k, at(k, tk, pair, dk)), (g.n, at(n, tn * wn, group, tn * j + dn))) for dk, dn in tc.b]) for j in range(wn)]
+  a = [[fragment(g.a, [((g.m, row(i, dm)), (g.k, at(k, tk * ks, pair, tk * s + dk))) for dm, dk in tc.a]) for i in range(wm)]
+       for s in range(ks)]
+  b = [[fragment(g.b, [((g.k, at(k, tk * ks, pair, tk * s + dk)), (g.n, at(n, tn * wn, group, tn * j + dn))) for dk, dn in tc.b])
+        for j in range(wn)] for s in range(ks)]
   tiles = [(i, j) for i in range(wm) for j in range(wn)]
   c, vec = len(tc.c), tc.acc.vec(len(tc.c))
   acc = UOp(Ops.BUFFER, tc.acc.ptr(AddrSpace.REG, c * len(tiles)), g.acc.src, g.acc.arg)
@@ -574,7 +580,11 @@ def _tensor_core(sink: UOp, opt: Opt, caps: TargetCaps, trace: Trace | None) -> 
   init = UOp(Ops.GROUP, dtypes.void, tuple(UOp(Ops.STORE, dtypes.void, (tile_of(UOp(Ops.AFTER, acc.dtype, (acc, m, n, lane)), t),
                                                                           UOp(Ops.STACK, vec, (g.init,) * c))) for t in range(len(tiles))))
   inside = UOp(Ops.AFTER, acc.dtype, (acc, init, k))
-  mmas = [UOp(Ops.WMMA, vec, (a[i], b[j], UOp(Ops.LOAD, vec, (tile_of(inside, t),))), tc.arg) for t, (i, j) in enumerate(tiles)]
+  def chain(t: int, i: int, j: int) -> UOp:  # the tile's WMMAs over the iteration's K-steps, in k order
+    x = UOp(Ops.LOAD, vec, (tile_of(inside, t),))
+    for s in range(ks): x = UOp(Ops.WMMA, vec, (a[s][i], b[s][j], x), tc.arg)
+    return x
+  mmas = [chain(t, i, j) for t, (i, j) in enumerate(tiles)]
   loop = UOp(Ops.END, dtypes.void, (UOp(Ops.GROUP, dtypes.void, tuple(UOp(Ops.STORE, dtypes.void, (tile_of(acc, t), x))
                                                                       for t, x in enumerate(mmas))), k))
   done = UOp(Ops.AFTER, acc.dtype, (acc, loop))
