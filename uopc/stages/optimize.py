@@ -690,7 +690,11 @@ def optimize(sink: UOp, kernel: str, caps: TargetCaps, pinned: tuple[Opt, ...] |
   trace: Trace = []
   typed = type_axes(accumulator_first(sink), caps, trace)
   opts = pinned if pinned is not None else heuristic_opts(typed, caps)
-  out = KernelSchedule(apply_opts(typed, opts, caps, kernel, trace), opts, caps)
+  sink = apply_opts(typed, opts, caps, kernel, trace)
+  if caps.gpu and not any(o.op is OptOp.NOLOCALS for o in opts):
+    from uopc.stages.tc_staging import stage_operands  # it builds on this module's types
+    sink = stage_operands(sink, trace)
+  out = KernelSchedule(sink, opts, caps)
   for old, new in trace: relocate(old, new)
   return out
 
