@@ -43,7 +43,9 @@ OptOps (seed 000's table), composed left to right, each checked before it applie
   M/32 x N/32 warps for m16n8k16 where that divides), k steps by the tensor core's K, and a WARP axis
   of 32 lanes joins them (a workgroup dimension, always the innermost: the lanes of one warp); each
   lane loads its fragments of a and b and the reduction accumulates WMMA ops; the epilogue f runs
-  once per accumulator element. TC must
+  once per accumulator element. Then (`uopc.stages.tc_staging`) the workgroup stages each iteration's
+  tiles of a and b in LOCAL memory and the lanes read their fragments from there, unless the third
+  argument says 0 (`TC(axis, tc, 0)`: fragments straight from global memory) or NOLOCALS. TC must
   be the first opt; after it, axes may still be split into LOCAL (more warps per workgroup) or padded,
   but not UPCAST or UNROLLed (a WMMA is not widened). Only -t cuda has tensor cores.
 
@@ -121,9 +123,10 @@ def _opt(name: str, args: list[str], loc: Loc | None, col: int) -> Opt:
     return Opt(op)
   if op is OptOp.TC:
     if len(args) == 4: raise fail("the opt and mode arguments (padding, emulation) are not supported; use TC(axis) or TC(axis, tc)")
-    if len(args) not in (1, 2): raise fail("expected TC(axis) or TC(axis, tc)")
+    if len(args) not in (1, 2, 3): raise fail("expected TC(axis), TC(axis, tc) or TC(axis, tc, stage)")
     axis, *choice = ints(args)
-    return Opt(op, axis, tuple(choice) or (-1,))
+    if len(choice) == 2 and choice[1] not in (0, 1): raise fail("stage must be 1 (operands staged in LOCAL memory, the default) or 0")
+    return Opt(op, axis, (tuple(choice) or (-1,))[:1 if choice[1:] == [1] else 2])
   if op is OptOp.SPLIT:
     if len(args) not in (3, 4) or (len(args) == 4 and args[3] != "top"):
       raise fail("expected SPLIT(axis, factor, type) or SPLIT(axis, factor, type, top)")
@@ -691,7 +694,7 @@ def optimize(sink: UOp, kernel: str, caps: TargetCaps, pinned: tuple[Opt, ...] |
   typed = type_axes(accumulator_first(sink), caps, trace)
   opts = pinned if pinned is not None else heuristic_opts(typed, caps)
   sink = apply_opts(typed, opts, caps, kernel, trace)
-  if caps.gpu and not any(o.op is OptOp.NOLOCALS for o in opts):
+  if caps.gpu and not any(o.op is OptOp.NOLOCALS or (o.op is OptOp.TC and o.arg[1:] == (0,)) for o in opts):
     from uopc.stages.tc_staging import stage_operands  # it builds on this module's types
     sink = stage_operands(sink, trace)
   out = KernelSchedule(sink, opts, caps)

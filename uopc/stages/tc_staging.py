@@ -120,26 +120,28 @@ def _plan(op: _Operand, threads: list[UOp]) -> tuple | None:
   seen = {o - base for os in offsets for o in os}
   itemsize = op.buf.dtype.base.itemsize
   candidates = sorted({abs(c) for _, t in parts for c in t.values() if abs(c) > 1} | {max(seen) + 1})
-  best = None
-  for s in candidates:
-    r, c = max(o // s for o in seen) + 1, max(o % s for o in seen) + 1
-    if r * c == len(seen) and (best is None or r * c < best[1] * best[2] or (r * c == best[1] * best[2] and s > best[0])): best = (s, r, c)
-  if best is None: return None
-  s, rows, cols = best
+  def box(s: int) -> tuple | None:  # (rows, columns, [(row form, column form)]) with row stride s, if dense and split
+    rows, cols = max(o // s for o in seen) + 1, max(o % s for o in seen) + 1
+    if rows * cols != len(seen): return None
+    splits = []
+    for (_, t), os in zip(parts, offsets):
+      row: Form = {None: 0}; col: Form = {None: 0}  # noqa: E702
+      for a, c in t.items():
+        if a is None: row[None], col[None] = (c - base) // s, (c - base) % s
+        elif c % s == 0: row[a] = c // s
+        else: col[a] = c
+      if any(offset(row, vv) * s + offset(col, vv) != o - base or not 0 <= offset(col, vv) < cols for vv, o in zip(vals, os)): return None
+      splits.append((row, col))
+    return rows, cols, splits
+  boxes = [(s, b) for s in candidates if (b := box(s)) is not None]
+  if not boxes: return None
+  # rows of at least 128 bytes where there are such (whole bank lines: the pitch's pad spreads rows over
+  # the banks), the shortest of those; else the longest rows
+  wide = [x for x in boxes if x[1][1] * itemsize >= 128]
+  s, (rows, cols, found) = wide[0] if wide else max(boxes, key=lambda x: x[1][1])
   v = next(w for w in (VECTOR_BYTES // itemsize, 8 // itemsize, 4 // itemsize, 2 // itemsize, 1)
            if w >= 1 and cols % w == 0 and s % w == 0 and base % w == 0 and all(c % w == 0 for c in block.values()))
-  splits = []
-  for (_, t), os in zip(parts, offsets):
-    row: Form = {None: 0}; col: Form = {None: 0}  # noqa: E702
-    for a, c in t.items():
-      if a is None: row[None], col[None] = (c - base) // s, (c - base) % s
-      elif c % s == 0: row[a] = c // s
-      else: col[a] = c
-    for vv, o in zip(vals, os):
-      rv, cv = offset(row, vv), offset(col, vv)
-      if rv * s + cv != o - base or not (0 <= cv < cols and 0 <= rv < rows): return None
-    even = all((offset(row, vv) * (cols + v) + offset(col, vv)) % 2 == 0 for vv in vals)
-    splits.append((row, col, even))
+  splits = [(row, col, all((offset(row, vv) * (cols + v) + offset(col, vv)) % 2 == 0 for vv in vals)) for row, col in found]
   block = dict(block); block[None] = base
   return block, s, rows, cols, v, splits
 
