@@ -548,7 +548,17 @@ def _pick_tensor_core(g: _Gemm, caps: TargetCaps, choice: int) -> TensorCore:
 
 
 TC_WARP_TILES = ((2, 4), (2, 2), (1, 2), (1, 1))  # tensor-core tiles per warp (along m, n): the first that divides
+TC_BIG_TILE = (4, 8)       # 64 x 64 outputs per warp (m16n8k16): each fragment serves 8 or 4 WMMAs ...
+TC_BIG_TILE_WARPS = 512    # ... where the gemm still has this many warp tiles (about 4 per SM of an H100)
 TC_K_STEPS = (2, 1)  # tensor-core K-steps per reduction iteration: the first that divides
+
+
+def tc_warp_tile(m: int, n: int, tc: TensorCore) -> tuple[int, int]:
+  """Tensor-core tiles per warp along m and n for an m x n output: TC_BIG_TILE where it divides and
+  leaves TC_BIG_TILE_WARPS warps or more, else the first of TC_WARP_TILES that divides."""
+  (tm, tn, _), (bm, bn) = tc.dims, TC_BIG_TILE
+  if m % (tm * bm) == 0 and n % (tn * bn) == 0 and (m // (tm * bm)) * (n // (tn * bn)) >= TC_BIG_TILE_WARPS: return TC_BIG_TILE
+  return next((a, b) for a, b in TC_WARP_TILES if m % (tm * a) == 0 and n % (tn * b) == 0)
 
 
 def _tensor_core(sink: UOp, opt: Opt, caps: TargetCaps, trace: Trace | None) -> UOp:
@@ -562,7 +572,7 @@ def _tensor_core(sink: UOp, opt: Opt, caps: TargetCaps, trace: Trace | None) -> 
   g = _gemm(sink, _axis(axes, opt.axis))
   tc = _pick_tensor_core(g, caps, opt.arg[0])
   (tm, tn, tk), idx = tc.dims, dtypes.index
-  wm, wn = next((a, b) for a, b in TC_WARP_TILES if axis_size(g.m) % (tm * a) == 0 and axis_size(g.n) % (tn * b) == 0)
+  wm, wn = tc_warp_tile(axis_size(g.m), axis_size(g.n), tc)
   ks = next(s for s in TC_K_STEPS if axis_size(g.k) % (tk * s) == 0)
   m, n, k = (_range(axis_size(r) // t, r.arg[0], axis_type(r)) for r, t in ((g.m, tm * wm), (g.n, tn * wn), (g.k, tk * ks)))
   lane = _range(WARP_SIZE, max(r.arg[0] for r in axes) + 1, AxisType.WARP)
@@ -904,14 +914,16 @@ GROUP_UNROLL = 4                  # consecutive elements a thread reads at once 
 
 
 TC_WARPS = ((1, (4, 2)), (0, (2,)))  # (tile axis after TC, LOCAL factors to try): warps per workgroup along n, then m
+TC_BIG_WARPS = ((1, (2,)), (0, (2,)))  # the same for TC_BIG_TILE: 2 x 2 warps, a 128 x 128 workgroup tile
 
 
 def _tensor_core_heuristics(plan: _Planner) -> bool:
   """TC on the kernel's one REDUCE axis where it fits (a half-precision gemm), with up to 8 warps per
-  workgroup: those beside each other along n read the same fragments of a, from L1."""
+  workgroup (4 for the big warp tile), whose operand tiles are staged in LOCAL memory."""
   reduces = plan.axes(AxisType.REDUCE)
   if not plan.caps.tensor_cores or len(reduces) != 1 or not plan.apply(Opt(OptOp.TC, reduces[0], (-1,))): return False
-  for axis, factors in TC_WARPS: plan.split_by_first(axis, factors, AxisType.LOCAL)
+  big = sum(u.op is Ops.WMMA for u in plan.sink.toposort()) >= TC_BIG_TILE[0] * TC_BIG_TILE[1]
+  for axis, factors in TC_BIG_WARPS if big else TC_WARPS: plan.split_by_first(axis, factors, AxisType.LOCAL)
   return True
 
 
