@@ -96,6 +96,6 @@ def test_ptxas_accepts_staged_kernels(tmp_path, arch):
 def test_large_gemms_get_64x64_warp_tiles_and_2x2_warps():
   sink = _staged(gemm_relu(2048, 64, 2048, "f16")).sink
   from uopc.stages.optimize import format_axes
-  assert format_axes(sink) == "g16 l2 g16 l2 R1 w32"  # 4 x 8 tiles of 16 x 8 per warp, 2 x 2 warps: 128 x 128 per workgroup
+  assert format_axes(sink) == "g16 l2 g16 l2 R2 w32"  # 4 x 8 tiles of 16 x 8 per warp, 2 x 2 warps: 128 x 128 per workgroup
   assert sum(u.op is Ops.WMMA for u in sink.toposort()) == 64
   assert sum(u.op is Ops.BARRIER for u in sink.toposort()) == 2
