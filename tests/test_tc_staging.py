@@ -31,8 +31,8 @@ def test_heuristic_tensor_core_gemm_stages_both_operands():
   # a: 64 rows (2 warps x 32) x 32 k (2 steps of 16), pitch 40; b: 32 k x 128 columns (4 warps x 32), pitch 136
   assert sorted(t.dtype.size for t in tiles) == [64 * 40, 32 * 136]
   assert sum(u.op is Ops.BARRIER for u in nodes) == 2
-  copies = [u for u in nodes if u.op is Ops.LOAD and u.dtype.count == 8]
-  assert copies and all(u.src[0].src[0].op is Ops.PARAM for u in copies)
+  copies = [u for u in nodes if u.op is Ops.LOAD and u.dtype.count == 8]  # 16-byte global reads, held in registers
+  assert {u.src[0].src[0].op for u in copies} == {Ops.PARAM, Ops.AFTER}
   frag = {s for u in nodes if u.op is Ops.WMMA for s in u.src[:2]}
   reads = [x.src[0] if x.op is Ops.GEP else x for s in frag for x in s.src]
   assert all(x.op is Ops.LOAD and x.src[0].src[0].src[0] in tiles for x in reads)  # LOAD(INDEX(AFTER(tile, barrier)))

@@ -197,25 +197,42 @@ def stage_operands(sink: UOp, trace=None) -> UOp:
   for r in threads: tid, count = tid.alu(Ops.MUL, _idx(r.src[0].arg)).alu(Ops.ADD, r), count * r.src[0].arg
   tid = simplify(tid)
   slot = 1 + max((u.arg[0] for u in sink.toposort() if u.op is Ops.BUFFER and isinstance(u.arg, tuple)), default=-1)
-  copies, tiles = [], []
+  trips = k.src[0].arg
+  k_next = UOp(Ops.WHERE, dtypes.index, (k.alu(Ops.CMPLT, _idx(trips - 1)), k.alu(Ops.ADD, _idx(1)), k))
+  copies, tiles, prologue, fetches = [], [], [], []
   for n, (op, (block, s, rows, cols, v, splits)) in enumerate(plans):
-    pitch, dt = cols + v, op.buf.dtype.base
+    pitch, dt, iters = cols + v, op.buf.dtype.base, rows * cols // v // count
     if (rows * cols // v) % count: return sink
     local = UOp(Ops.BUFFER, dt.ptr(AddrSpace.LOCAL, rows * pitch), (), (slot + n, f"tile{slot + n}"))
-    origin = _build(block)
-    for it in range(rows * cols // v // count):
+    regs = UOp(Ops.BUFFER, dt.ptr(AddrSpace.REG, iters * v), (), (slot + len(plans) + n, f"next{slot + len(plans) + n}"))
+    origin, vdt = _build(block), dt.vec(v) if v > 1 else dt
+    def fetch(it: int, at_k: UOp, origin=origin, s=s, cols=cols, v=v, vdt=vdt, buf=op.buf) -> UOp:
+      """The it-th vector this thread copies, of iteration at_k (the defaults bind this operand's values)."""
       flat = tid.alu(Ops.ADD, _idx(it * count))
       r, c = flat.alu(Ops.IDIV, _idx(cols // v)), flat.alu(Ops.MOD, _idx(cols // v)).alu(Ops.MUL, _idx(v))
-      src = simplify(origin.alu(Ops.ADD, r.alu(Ops.MUL, _idx(s))).alu(Ops.ADD, c))
-      value = UOp(Ops.LOAD, dt.vec(v) if v > 1 else dt, (UOp(Ops.INDEX, op.buf.dtype, (op.buf, src)),))
+      src = simplify(substitute(origin, {k: at_k}).alu(Ops.ADD, r.alu(Ops.MUL, _idx(s))).alu(Ops.ADD, c))
+      return UOp(Ops.LOAD, vdt, (UOp(Ops.INDEX, buf.dtype, (buf, src)),))
+    def at(it: int) -> tuple[UOp, UOp]:
+      flat = tid.alu(Ops.ADD, _idx(it * count))
+      r, c = flat.alu(Ops.IDIV, _idx(cols // v)), flat.alu(Ops.MOD, _idx(cols // v)).alu(Ops.MUL, _idx(v))
+      return r, c
+    prologue += [UOp(Ops.STORE, dtypes.void, (UOp(Ops.INDEX, regs.dtype, (regs, _idx(it * v))), fetch(it, _idx(0)))) for it in range(iters)]
+    held = UOp(Ops.AFTER, regs.dtype, (regs, UOp(Ops.GROUP, dtypes.void, tuple(prologue[-iters:])), k))
+    for it in range(iters):
+      r, c = at(it)
+      value = UOp(Ops.LOAD, vdt, (UOp(Ops.INDEX, regs.dtype, (held, _idx(it * v))),))
       copies.append(UOp(Ops.STORE, dtypes.void, (UOp(Ops.INDEX, local.dtype, (local, simplify(r.alu(Ops.MUL, _idx(pitch)).alu(Ops.ADD, c)))), value)))
-    tiles.append((op, local, pitch, splits))
+    tiles.append((op, local, pitch, splits, regs, iters, v, fetch))
   barrier = UOp(Ops.BARRIER, dtypes.void, (UOp(Ops.GROUP, dtypes.void, tuple(copies)),))
   where = {}  # fragment LOAD -> (LOCAL tile after the barrier, row form, column form, even address)
-  for op, local, pitch, splits in tiles:
+  for op, local, pitch, splits, regs, iters, v, fetch in tiles:
     synced = UOp(Ops.AFTER, local.dtype, (local, barrier))
     for ld, split in zip(op.loads, splits): where[ld] = (synced, pitch) + split
+    # the next iteration's vectors, loaded while this one computes (after the copies read the registers)
+    after = UOp(Ops.AFTER, regs.dtype, (regs, barrier))
+    fetches += [UOp(Ops.STORE, dtypes.void, (UOp(Ops.INDEX, regs.dtype, (after, _idx(it * v))), fetch(it, k_next))) for it in range(iters)]
   body = substitute(end.src[0], {st: _fragment(st, where) for w in wmmas for st in w.src[:2]})
+  body = UOp(Ops.GROUP, dtypes.void, (body, *fetches))
   new_end = UOp(Ops.END, dtypes.void, (UOp(Ops.BARRIER, dtypes.void, (body,)),) + end.src[1:])
   out = substitute(sink, {end: new_end})
   if trace is not None: trace.append((sink, out))
