@@ -375,6 +375,12 @@ def _vector_width(dt: DType) -> int:
   return n if n in (2, 4) and dt.scalar is not dtypes.bool and n * size <= 16 else 1
 
 
+def _packed(dt: DType) -> bool:
+  """A vector of 2, 4 or 8 half-precision lanes: moved as 1, 2 or 4 32-bit words (ld/st .b32, .v2.b32,
+  .v4.b32), each word split into or made from two 16-bit registers with `mov.b32 {lo, hi}`."""
+  return dt.scalar in _HALF and dt.count in (2, 4, 8)
+
+
 def _load(k: _Kernel, u: UOp) -> None:
   if len(u.src) not in (1, 3): raise k.fail(u, "LOAD must be LOAD(index) or LOAD(index, alt, gate)")
   space, addr, gate = _access(k, u, u.dtype)
@@ -392,6 +398,13 @@ def _load(k: _Kernel, u: UOp) -> None:
   if gate:
     for d, a in zip(out, k.lanes(u.src[1])):
       if dt is not dtypes.bool: k.emit(f"mov.{_mov_type(dt)} {d}, {a}")
+  if _packed(u.dtype) and not gate:
+    words = [k.new(dtypes.uint32) for _ in range(n // 2)]
+    dst = words[0] if len(words) == 1 else "{" + ", ".join(words) + "}"
+    k.emit(f"ld.{space}{'' if len(words) == 1 else f'.v{len(words)}'}.b32 {dst}, {_address(addr, 0)}")
+    for j, w in enumerate(words): k.emit(f"mov.b32 {{{out[2 * j]}, {out[2 * j + 1]}}}, {w}")
+    k.set_lanes(u, out)
+    return
   width = _vector_width(u.dtype)
   for j in range(0, n, width):
     regs = out[j:j + width]
@@ -421,6 +434,12 @@ def _store(k: _Kernel, u: UOp) -> None:
     for j, r in enumerate(regs): k.emit(f"{guard}mov.{_mov_type(dt)} {addr.array.reg(k, addr.offset + j)}, {r}")
     return
   if dt is dtypes.bool: regs = [k.op1("selp.u32", dtypes.uint32, "1", "0", p) for p in regs]
+  if _packed(value.dtype):
+    words = [k.new(dtypes.uint32) for _ in range(len(regs) // 2)]
+    for j, w in enumerate(words): k.emit(f"mov.b32 {w}, {{{regs[2 * j]}, {regs[2 * j + 1]}}}")
+    src = words[0] if len(words) == 1 else "{" + ", ".join(words) + "}"
+    k.emit(f"{guard}st.{space}{'' if len(words) == 1 else f'.v{len(words)}'}.b32 {_address(addr, 0)}, {src}")
+    return
   width = _vector_width(value.dtype)
   for j in range(0, len(regs), width):
     src = regs[j] if width == 1 else "{" + ", ".join(regs[j:j + width]) + "}"

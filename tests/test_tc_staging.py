@@ -1,0 +1,101 @@
+"""Tensor-core operands staged in LOCAL memory (uopc/stages/tc_staging.py): the staged kernel's shape
+(LOCAL tiles, two barriers per reduction iteration, 16-byte global copies), its results in the
+emulator (which reports races and missing barriers) bit for bit equal to the unstaged kernel's
+(`...,NOLOCALS` keeps the same warps and WMMAs but reads the fragments from global memory) and
+within the float32-sum bound of numpy's float64 gemm, for both operand layouts, and ptxas."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from test_cuda_ptx import filecheck, needs_ptxas, ptxas_accepts
+from test_group_reduce import emulated
+from test_optimize import GPU, kernels_of, program
+from test_tensor_cores import NP, assert_gemm_relu, gemm_relu, inputs
+from test_tensor_programs import Func
+from uopc.driver import BuildOptions, build
+from uopc.dtype import AddrSpace
+from uopc.ops import Ops
+from uopc.stages.optimize import heuristic_opts, optimize, parse_opts
+
+
+def _staged(f: Func):
+  kernel = next(iter(kernels_of(f.text(), GPU).values()))
+  return optimize(kernel, "k", GPU)
+
+
+def test_heuristic_tensor_core_gemm_stages_both_operands():
+  schedule = _staged(gemm_relu(128, 64, 128, "f16"))
+  nodes = schedule.sink.toposort()
+  tiles = [u for u in nodes if u.op is Ops.BUFFER and u.dtype.addrspace is AddrSpace.LOCAL]
+  # a: 64 rows (2 warps x 32) x 32 k (2 steps of 16), pitch 40; b: 32 k x 128 columns (4 warps x 32), pitch 136
+  assert sorted(t.dtype.size for t in tiles) == [64 * 40, 32 * 136]
+  assert sum(u.op is Ops.BARRIER for u in nodes) == 2
+  copies = [u for u in nodes if u.op is Ops.LOAD and u.dtype.count == 8]  # 16-byte global reads, held in registers
+  assert {u.src[0].src[0].op for u in copies} == {Ops.PARAM, Ops.AFTER}
+  frag = {s for u in nodes if u.op is Ops.WMMA for s in u.src[:2]}
+  reads = [x.src[0] if x.op is Ops.GEP else x for s in frag for x in s.src]
+  assert all(x.op is Ops.LOAD and x.src[0].src[0].src[0] in tiles for x in reads)  # LOAD(INDEX(AFTER(tile, barrier)))
+  assert any(x.dtype.count == 2 for x in reads)  # a's pairs of consecutive k
+
+
+@pytest.mark.parametrize("text", ["TC(2,-1,0),SPLIT(1,4,l),SPLIT(0,2,l)", "TC(2,-1,0)", "TC(2),NOLOCALS"])
+def test_stage_0_or_nolocals_keeps_operands_in_global_memory(text):
+  kernel = next(iter(kernels_of(gemm_relu(128, 64, 128, "f16").text(), GPU).values()))
+  sink = optimize(kernel, "k", GPU, pinned=parse_opts(text)).sink
+  assert not any(u.op is Ops.BARRIER for u in sink.toposort())
+  assert ",".join(map(str, parse_opts("TC(2,-1,1),TC(2,0,0)"))) == "TC(2,-1),TC(2,0,0)"
+
+
+def transposed_a(m: int, k: int, n: int, dtype: str) -> Func:
+  """out = max(float(at).T @ float(b) + bias, 0) with a stored k-major (at is K x M)."""
+  f = Func(f"tct_{dtype}")
+  at, b = f.param("a", (k, m), dtype), f.param("b", (k, n), dtype)
+  bias, out = f.param("bias", (1, n)), f.param("out", (m, n), out=True)
+  prod = f.matmul(f.cast(f.permute(at, (1, 0)), "f32"), f.cast(b, "f32"), m, k, n)
+  f.store(out, f.op("MAX", f.op("ADD", prod, bias), f.const(0.0)))
+  return f
+
+
+@pytest.mark.parametrize("dtype", ["f16", "bf16"])
+@pytest.mark.parametrize("layout", ["row", "a-transposed"])
+@pytest.mark.parametrize("m, k, n", [(128, 64, 128), (64, 48, 96)], ids=["two-k-steps", "one-k-step"])
+def test_staged_gemms_equal_unstaged_and_numpy(tmp_path, monkeypatch, dtype, layout, m, k, n):
+  f = gemm_relu(m, k, n, dtype) if layout == "row" else transposed_a(m, k, n, dtype)
+  x = inputs(m, k, n, dtype)
+  if layout != "row": x["a"] = np.ascontiguousarray(x["a"].T)
+  kernel = next(iter(kernels_of(f.text(), GPU).values()))
+  opts = ",".join(map(str, heuristic_opts(kernel, GPU)))
+  assert opts.startswith("TC(2,-1),")
+  (tmp_path / "staged").mkdir(); (tmp_path / "plain").mkdir()  # noqa: E702
+  staged = emulated(tmp_path / "staged", monkeypatch, f, x, opts)["out"]
+  plain = emulated(tmp_path / "plain", monkeypatch, f, x, opts.replace("TC(2,-1)", "TC(2,-1,0)"))["out"]
+  assert np.array_equal(staged.view(np.uint32), plain.view(np.uint32))
+  if layout != "row": x["a"] = np.ascontiguousarray(x["a"].T)
+  assert_gemm_relu(staged, x)
+
+
+@needs_ptxas
+@pytest.mark.parametrize("arch", ["sm_80", "sm_90"])
+def test_ptxas_accepts_staged_kernels(tmp_path, arch):
+  (tmp_path / "tc.uop").write_text(program([gemm_relu(128, 64, 128, "f16"), transposed_a(64, 64, 64, "bf16")]))
+  build(tmp_path / "tc.uop", BuildOptions(target="cuda", out_dir=tmp_path / "out", emit=("ptx",)))
+  ptx = (tmp_path / "out" / "tc.ptx").read_text()
+  filecheck(ptx, """
+    CHECK: .shared .align {{[0-9]+}} .b8
+    CHECK: ld.global.v4.b32
+    CHECK: st.shared.v4.b32
+    CHECK: bar.sync 0
+    CHECK: ld.shared.b32
+    CHECK: mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32
+    CHECK: bar.sync 0
+    """, tmp_path)
+  ptxas_accepts(ptx, arch, tmp_path)
+
+
+def test_large_gemms_get_64x64_warp_tiles_and_2x2_warps():
+  sink = _staged(gemm_relu(2048, 64, 2048, "f16")).sink
+  from uopc.stages.optimize import format_axes
+  assert format_axes(sink) == "g16 l2 g16 l2 R2 w32"  # 4 x 8 tiles of 16 x 8 per warp, 2 x 2 warps: 128 x 128 per workgroup
+  assert sum(u.op is Ops.WMMA for u in sink.toposort()) == 64
+  assert sum(u.op is Ops.BARRIER for u in sink.toposort()) == 2
