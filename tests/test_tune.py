@@ -270,7 +270,7 @@ def test_a_candidate_with_another_output_is_never_kept(tmp_path, monkeypatch):
       return m
   monkeypatch.setattr(search, "make_device", lambda target: Corrupting())
   src, db = program(tmp_path, mlp()), tmp_path / "db.json"
-  reports = tune_file(str(src), str(db), TuneOptions(budget=3.0, jobs=1, shard=(0, 1)), Progress(io.StringIO()))
+  reports = tune_file(str(src), str(db), TuneOptions(budget=15.0, jobs=1, shard=(0, 1)), Progress(io.StringIO()))
   tuned = [r for r in reports if r.entry is not None]
   assert len(tuned) == 2 and all(r.entry.opts == r.entry.heuristic_opts and r.wrong > 0 and r.measured == 1 for r in tuned)
 
