@@ -16,6 +16,7 @@ from test_tensor_programs import Func
 from uopc.driver import BuildOptions, build
 from uopc.dtype import AddrSpace
 from uopc.ops import Ops
+from uopc.stages.tensor_cores import LDMATRIX
 from uopc.stages.optimize import heuristic_opts, optimize, parse_opts
 
 
@@ -34,9 +35,10 @@ def test_heuristic_tensor_core_gemm_stages_both_operands():
   copies = [u for u in nodes if u.op is Ops.LOAD and u.dtype.count == 8]  # 16-byte global reads, held in registers
   assert {u.src[0].src[0].op for u in copies} == {Ops.PARAM, Ops.AFTER}
   frag = {s for u in nodes if u.op is Ops.WMMA for s in u.src[:2]}
-  reads = [x.src[0] if x.op is Ops.GEP else x for s in frag for x in s.src]
-  assert all(x.op is Ops.LOAD and x.src[0].src[0].src[0] in tiles for x in reads)  # LOAD(INDEX(AFTER(tile, barrier)))
-  assert any(x.dtype.count == 2 for x in reads)  # a's pairs of consecutive k
+  # each fragment one warp-wide matrix load from its tile: LOAD(INDEX(AFTER(tile, barrier))), a's plain, b's transposed
+  assert all(x.op is Ops.LOAD and x.arg[0] == LDMATRIX and x.src[0].src[0].src[0] in tiles for x in frag)
+  a_tile = next(t for t in tiles if t.dtype.size == 64 * 40)
+  assert {x.arg[1] for x in frag if x.src[0].src[0].src[0] is a_tile} == {False} and {x.arg[1] for x in frag if x.src[0].src[0].src[0] is not a_tile} == {True}
 
 
 @pytest.mark.parametrize("text", ["TC(2,-1,0),SPLIT(1,4,l),SPLIT(0,2,l)", "TC(2,-1,0)", "TC(2),NOLOCALS"])
@@ -86,9 +88,11 @@ def test_ptxas_accepts_staged_kernels(tmp_path, arch):
     CHECK: ld.global.v4.b32
     CHECK: st.shared.v4.b32
     CHECK: bar.sync 0
-    CHECK: ld.shared.b32
+    CHECK: ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%r{{[0-9]+}}, %r{{[0-9]+}}, %r{{[0-9]+}}, %r{{[0-9]+}}}, [%rd{{[0-9]+}}
+    CHECK: ldmatrix.sync.aligned.m8n8.x2.trans.shared.b16 {%r{{[0-9]+}}, %r{{[0-9]+}}}, [%rd{{[0-9]+}}
     CHECK: mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32
     CHECK: bar.sync 0
+    CHECK: ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16
     """, tmp_path)
   ptxas_accepts(ptx, arch, tmp_path)
 

@@ -28,7 +28,7 @@ from ml_dtypes import bfloat16
 from uopc.diagnostics import CompileError, Loc, error
 from uopc.dtype import AddrSpace, DType, PtrDType, dtypes
 from uopc.ops import Ops
-from uopc.stages.tensor_cores import WARP_SIZE, by_arg
+from uopc.stages.tensor_cores import LDMATRIX, WARP_SIZE, by_arg, ldmatrix_sources
 
 NP_DTYPES = {"bool": np.bool_, "int8": np.int8, "int16": np.int16, "int32": np.int32, "int64": np.int64,
              "uint8": np.uint8, "uint16": np.uint16, "uint32": np.uint32, "uint64": np.uint64,
@@ -318,13 +318,7 @@ class _Emulator:
     tc = by_arg(u.arg)
     if tc is None: raise self.fail(u, f"WMMA {u.arg!r}: no such tensor core")
     if not self.active.all(): raise self.fail(u, "WMMA reached by only some threads: every lane of a warp must take part")
-    names = sorted(n for n in self.launch.threads if n.startswith("lidx"))
-    if len(names) != len(self.launch.threads) or self.T % WARP_SIZE:
-      raise self.fail(u, f"WMMA needs workgroups (lidx) of whole warps of {WARP_SIZE} threads")
-    tid, stride = np.zeros(self.T, np.int64), 1
-    for name in names:
-      tid, stride = tid + self.lanes[name] * stride, stride * self.launch.threads[name]
-    warp, lane = tid // WARP_SIZE, tid % WARP_SIZE
+    warp, lane, _ = self._warps(u)
     group, pair = lane // 4, 2 * (lane % 4)
     (m, n, k), warps = tc.dims, self.T // WARP_SIZE
     a, b, c = (np.zeros((warps,) + shape) for shape in ((m, k), (k, n), (m, n)))
@@ -332,6 +326,33 @@ class _Emulator:
       for i, (dr, dc) in enumerate(offsets): mat[warp, row + dr, col + dc] = self.values[u.src[frag]][:, i].astype(np.float64)
     d = round_to(a @ b + c, u.dtype)
     return np.stack([d[warp, group + dr, pair + dc] for dr, dc in tc.c], axis=1)
+
+  def _warps(self, u) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Each thread's warp and lane (32 consecutive threads of a workgroup, lidx0 fastest, as on the GPU),
+    and the thread index of every (warp, lane)."""
+    names = sorted(n for n in self.launch.threads if n.startswith("lidx"))
+    if len(names) != len(self.launch.threads) or self.T % WARP_SIZE:
+      raise self.fail(u, f"{u.op.name} needs workgroups (lidx) of whole warps of {WARP_SIZE} threads")
+    tid, stride = np.zeros(self.T, np.int64), 1
+    for name in names:
+      tid, stride = tid + self.lanes[name] * stride, stride * self.launch.threads[name]
+    warp, lane = tid // WARP_SIZE, tid % WARP_SIZE
+    where = np.zeros((self.T // WARP_SIZE, WARP_SIZE), np.int64)
+    where[warp, lane] = np.arange(self.T)
+    return warp, lane, where
+
+  def _ldmatrix(self, u):
+    """A warp-wide matrix load (uopc.stages.tensor_cores): each lane's elements from the rows whose
+    addresses other lanes of its warp give."""
+    if not self.active.all(): raise self.fail(u, f"{LDMATRIX} reached by only some threads: every lane of a warp must take part")
+    mem, offs = self.values[u.src[0]]
+    warp, lane, where = self._warps(u)
+    src = np.array([ldmatrix_sources(x, u.dtype.count, u.arg[1]) for x in range(WARP_SIZE)])  # (32, count, 2)
+    cells = offs[where[warp[:, None], src[lane][:, :, 0]]] + src[lane][:, :, 1]
+    if (cells < 0).any() or (cells >= mem.size).any():
+      raise self.fail(u, f"out-of-bounds {LDMATRIX} from '{mem.name}': a row address is past its {mem.size} elements")
+    self._check_local_read(u, mem, np.arange(self.T), cells)
+    return mem.data[cells]
 
   def _const(self, u):
     shape = (self.T,) if u.dtype.count == 1 else (self.T, u.dtype.count)
@@ -374,6 +395,7 @@ class _Emulator:
     return offs[lanes][:, None] + np.arange(count)[None, :]
 
   def _load(self, u):
+    if isinstance(u.arg, tuple) and u.arg[:1] == (LDMATRIX,): return self._ldmatrix(u)
     dt = u.dtype
     mem, offs, lanes = self._access(u, 2, dt.count)
     out = np.array(self.values[u.src[1]]) if len(u.src) == 3 else np.zeros((self.T,) + ((dt.count,) if dt.count > 1 else ()), np_dtype(dt))

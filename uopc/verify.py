@@ -18,6 +18,7 @@ from uopc.module import Module
 from uopc.ops import AxisType, GroupOp, Ops
 from uopc.uop import UOp, shape_values
 from uopc.verify_multi import check_allreduce, check_mselect, check_multi, check_replicated
+from uopc.stages.tensor_cores import LDMATRIX
 
 Check = Callable[[UOp], Iterator[str]]
 REDUCE_OPS = (Ops.ADD, Ops.MAX, Ops.MUL)
@@ -356,6 +357,11 @@ def _check_load(u: UOp) -> Iterator[str]:
     if u.src[1].dtype is not u.dtype: yield f"LOAD alternative value is {u.src[1].dtype}, the load {u.dtype}"
     yield from _check_gate(u, u.src[2])
   a = u.arg
+  if isinstance(a, tuple) and a[:1] == (LDMATRIX,):
+    if len(a) != 2 or not isinstance(a[1], bool): yield f"LOAD arg must be ({LDMATRIX!r}, trans), got {a!r}"
+    if u.dtype.scalar.itemsize != 2 or u.dtype.count not in (2, 4, 8): yield f"{LDMATRIX} loads 2, 4 or 8 16-bit lanes, not {u.dtype}"
+    if not (src.dtype.is_ptr() and src.dtype.addrspace is AddrSpace.LOCAL): yield f"{LDMATRIX} reads LOCAL memory"
+    return
   if a is not None and not (isinstance(a, tuple) and 1 <= len(a) <= 2 and _is_device(a[0])
                             and (len(a) == 1 or a[1] is None or isinstance(a[1], AddrSpace))):
     yield f"LOAD arg must be (device, addrspace), got {a!r}"

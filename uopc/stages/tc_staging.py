@@ -35,6 +35,7 @@ import math
 from uopc.dtype import AddrSpace, PtrDType, dtypes
 from uopc.ops import AxisType, Ops
 from uopc.rewrite import substitute
+from uopc.stages.tensor_cores import LDMATRIX
 from uopc.symbolic import simplify
 from uopc.uop import UOp
 
@@ -153,6 +154,55 @@ def _build(form: Form) -> UOp:
   return simplify(out)
 
 
+def _lane_atoms(form: Form, lane: UOp) -> tuple[Form, int, int]:
+  """form without its `lane // 4` and `lane % 4` terms, and their coefficients (other lane terms: -1)."""
+  rest, g, t = {}, 0, 0
+  for a, c in form.items():
+    if a is not None and a.op in (Ops.IDIV, Ops.MOD) and a.src[0] is lane and a.src[1].op is Ops.CONST and a.src[1].arg == 4:
+      if a.op is Ops.IDIV: g = c
+      else: t = c
+    elif a is not None and lane in a.toposort(): return rest, -1, -1
+    else: rest[a] = c
+  return rest, g, t
+
+
+def _plus(form: Form, k: int) -> Form: return {**form, None: form.get(None, 0) + k}
+
+
+def _matrix_load(stack: UOp, where: dict, lane: UOp) -> UOp | None:
+  """The fragment as one ldmatrix (uopc.stages.tensor_cores) where its pairs are 8 x 8 matrices of one
+  LOCAL tile: rows g and columns 2t, 2t + 1 (trans: rows 2t, 2t + 1 of column g), 16-byte aligned rows."""
+  ws = [where[ld] for ld in stack.src]
+  n = len(ws)
+  if n not in (4, 8) or any(w[0] is not ws[0][0] for w in ws): return None
+  tile, pitch = ws[0][0], ws[0][1]
+  bases, trans = [], None
+  for j in range(n // 2):
+    (row, rg, rt), (col, cg, ct) = _lane_atoms(ws[2 * j][2], lane), _lane_atoms(ws[2 * j][3], lane)
+    (row1, rg1, rt1), (col1, cg1, ct1) = _lane_atoms(ws[2 * j + 1][2], lane), _lane_atoms(ws[2 * j + 1][3], lane)
+    plain = (rg, rt, cg, ct) == (1, 0, 0, 2) and row1 == row and col1 == _plus(col, 1)
+    flipped = (rg, rt, cg, ct) == (0, 2, 1, 0) and row1 == _plus(row, 1) and col1 == col
+    if (rg1, rt1, cg1, ct1) != (rg, rt, cg, ct) or not (plain or flipped) or trans not in (None, flipped): return None
+    trans = flipped
+    bases.append((row, col))
+  def delta(j: int, i: int) -> int | None:
+    a, b = bases[j][i], bases[0][i]
+    return a.get(None, 0) - b.get(None, 0) if {x: c for x, c in a.items() if x is not None} == {x: c for x, c in b.items() if x is not None} else None
+  deltas = [(delta(j, 0), delta(j, 1)) for j in range(n // 2)]
+  if any(None in d for d in deltas) or (n == 8 and deltas[3] != (deltas[1][0] + deltas[2][0], deltas[1][1] + deltas[2][1])): return None
+  row0, col0 = bases[0]
+  if pitch % 8 or any(c % 8 for c in col0.values()) or any(d[1] % 8 for d in deltas): return None  # 16-byte rows
+  def idx(v: int) -> UOp: return _idx(v)
+  bit0 = lane.alu(Ops.IDIV, idx(8)).alu(Ops.MOD, idx(2))
+  row = _build(row0).alu(Ops.ADD, lane.alu(Ops.MOD, idx(8))).alu(Ops.ADD, bit0.alu(Ops.MUL, idx(deltas[1][0])))
+  col = _build(col0).alu(Ops.ADD, bit0.alu(Ops.MUL, idx(deltas[1][1])))
+  if n == 8:
+    bit1 = lane.alu(Ops.IDIV, idx(16))
+    row, col = row.alu(Ops.ADD, bit1.alu(Ops.MUL, idx(deltas[2][0]))), col.alu(Ops.ADD, bit1.alu(Ops.MUL, idx(deltas[2][1])))
+  at = simplify(row.alu(Ops.MUL, idx(pitch)).alu(Ops.ADD, col))
+  return UOp(Ops.LOAD, stack.dtype, (UOp(Ops.INDEX, tile.dtype, (tile, at)),), (LDMATRIX, trans))
+
+
 def _fragment(stack: UOp, where: dict) -> UOp:
   """A fragment STACK read from the LOCAL tiles: two lanes at consecutive columns of one row, the first
   at an even element, as one 2-lane LOAD (one 32-bit shared-memory read)."""
@@ -231,7 +281,8 @@ def stage_operands(sink: UOp, trace=None) -> UOp:
     # the next iteration's vectors, loaded while this one computes (after the copies read the registers)
     after = UOp(Ops.AFTER, regs.dtype, (regs, barrier))
     fetches += [UOp(Ops.STORE, dtypes.void, (UOp(Ops.INDEX, regs.dtype, (after, _idx(it * v))), fetch(it, k_next))) for it in range(iters)]
-  body = substitute(end.src[0], {st: _fragment(st, where) for w in wmmas for st in w.src[:2]})
+  lane = next(r for r in threads if r.arg[1] is AxisType.WARP)
+  body = substitute(end.src[0], {st: _matrix_load(st, where, lane) or _fragment(st, where) for w in wmmas for st in w.src[:2]})
   body = UOp(Ops.GROUP, dtypes.void, (body, *fetches))
   new_end = UOp(Ops.END, dtypes.void, (UOp(Ops.BARRIER, dtypes.void, (body,)),) + end.src[1:])
   out = substitute(sink, {end: new_end})

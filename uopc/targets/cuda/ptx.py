@@ -47,7 +47,7 @@ import numpy as np
 from uopc.diagnostics import CompileError, Diagnostic, Loc, error
 from uopc.dtype import AddrSpace, DType, PtrDType, dtypes
 from uopc.ops import GroupOp, Ops
-from uopc.stages.tensor_cores import CUDA_TENSOR_CORES, by_arg
+from uopc.stages.tensor_cores import CUDA_TENSOR_CORES, LDMATRIX, by_arg
 from uopc.targets import param_name
 from uopc.targets.geometry import Geometry, idx_local_size, workgroup_geometry
 from uopc.targets.c.render import KernelParam, RenderedKernel
@@ -398,6 +398,12 @@ def _load(k: _Kernel, u: UOp) -> None:
   if gate:
     for d, a in zip(out, k.lanes(u.src[1])):
       if dt is not dtypes.bool: k.emit(f"mov.{_mov_type(dt)} {d}, {a}")
+  if isinstance(u.arg, tuple) and u.arg[:1] == (LDMATRIX,):  # a warp-wide matrix load (uopc.stages.tensor_cores)
+    words = [k.new(dtypes.uint32) for _ in range(n // 2)]
+    k.emit(f"ldmatrix.sync.aligned.m8n8.x{n // 2}{'.trans' if u.arg[1] else ''}.shared.b16 {{{', '.join(words)}}}, {_address(addr, 0)}")
+    for j, w in enumerate(words): k.emit(f"mov.b32 {{{out[2 * j]}, {out[2 * j + 1]}}}, {w}")
+    k.set_lanes(u, out)
+    return
   if _packed(u.dtype) and not gate:
     words = [k.new(dtypes.uint32) for _ in range(n // 2)]
     dst = words[0] if len(words) == 1 else "{" + ", ".join(words) + "}"
