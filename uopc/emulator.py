@@ -28,7 +28,7 @@ from ml_dtypes import bfloat16
 from uopc.diagnostics import CompileError, Loc, error
 from uopc.dtype import AddrSpace, DType, PtrDType, dtypes
 from uopc.ops import Ops
-from uopc.stages.tensor_cores import LDMATRIX, WARP_SIZE, by_arg, ldmatrix_sources
+from uopc.stages.tensor_cores import ASYNC, LDMATRIX, WARP_SIZE, by_arg, ldmatrix_sources
 
 NP_DTYPES = {"bool": np.bool_, "int8": np.int8, "int16": np.int16, "int32": np.int32, "int64": np.int64,
              "uint8": np.uint8, "uint16": np.uint16, "uint32": np.uint32, "uint64": np.uint64,
@@ -126,6 +126,7 @@ class _Memory:
   written: np.ndarray | None = None   # LOCAL: was the element ever written
   writer: np.ndarray | None = None    # LOCAL: the thread that wrote it last
   epoch: np.ndarray | None = None     # LOCAL: the barrier epoch of that write
+  pending: np.ndarray | None = None   # LOCAL: an asynchronous copy to it may not have landed
 
   @property
   def size(self) -> int: return self.data.shape[-1]
@@ -133,7 +134,7 @@ class _Memory:
 
 def _local(name: str, dt: DType, size: int) -> _Memory:
   return _Memory(name, AddrSpace.LOCAL, np.zeros(size, np_dtype(dt)), np.zeros(size, bool),
-                 np.full(size, -1, np.int64), np.full(size, -1, np.int64))
+                 np.full(size, -1, np.int64), np.full(size, -1, np.int64), np.zeros(size, bool))
 
 
 @dataclass
@@ -239,6 +240,7 @@ class _Emulator:
     self.active = np.ones(self.T, bool)
     self.stack: list[_Block] = []
     self.barrier_epoch = 0
+    self.in_flight: list = []  # asynchronous copies to LOCAL memory not yet waited for, in the order they started
     pc = 0
     while pc < len(self.prog):
       pc = self._step(pc, self.prog[pc])
@@ -414,9 +416,16 @@ class _Emulator:
     if mem.space is AddrSpace.LOCAL: self._track_local_write(u, mem, lanes, cells)
     if mem.space is AddrSpace.REG: mem.data[lanes[:, None], cells] = vals
     else: mem.data[cells] = vals
+    if u.arg == ASYNC:  # in flight until a BARRIER (ASYNC, n) leaves at most n later copies of each thread in flight
+      mem.pending[cells] = True
+      self.in_flight.append((mem, cells))
     return None
 
   def _check_local_read(self, u, mem: _Memory, lanes: np.ndarray, cells: np.ndarray) -> None:
+    if mem.pending[cells].any():
+      row, col = np.argwhere(mem.pending[cells])[0]
+      raise self.fail(u, f"read of LOCAL memory '{mem.name}' in flight: {self._who(int(lanes[row]))} reads element "
+                         f"{int(cells[row, col])}, which an asynchronous copy has not been waited for")
     unwritten = ~mem.written[cells]
     if unwritten.any():
       row, col = np.argwhere(unwritten)[0]
@@ -445,6 +454,9 @@ class _Emulator:
   def _barrier(self, u):
     if not self.active.all():
       raise self.fail(u, "BARRIER reached by only some threads of the workgroup (inside divergent control flow)")
+    if isinstance(u.arg, tuple) and u.arg[:1] == (ASYNC,):
+      done, self.in_flight = self.in_flight[:len(self.in_flight) - u.arg[1]], self.in_flight[len(self.in_flight) - u.arg[1]:]
+      for mem, cells in done: mem.pending[cells] = False
     self.barrier_epoch += 1
     return None
 
