@@ -277,15 +277,18 @@ def stage_operands(sink: UOp, trace=None) -> UOp:
   stage_now = k.alu(Ops.MOD, _idx(stages))
   ahead = k.alu(Ops.ADD, _idx(stages - 1))
   later = UOp(Ops.WHERE, dtypes.index, (ahead.alu(Ops.CMPLT, _idx(trips)), ahead, _idx(trips - 1)))  # the last tile again past the end
-  where, fetches = {}, []  # fragment LOAD -> (LOCAL tile after the wait, pitch, row form, column form, even address, stage base)
+  fetches = [copy(it, later, ahead.alu(Ops.MOD, _idx(stages)), UOp(Ops.AFTER, local.dtype, (local, wait)))
+             for _, local, _, _, _, iters, copy in tiles for it in range(iters)]
+  started = UOp(Ops.GROUP, dtypes.void, tuple(fetches))
+  where = {}  # fragment LOAD -> (LOCAL tile after the wait, pitch, row form, column form, even address, stage base)
   for op, local, pitch, size, splits, iters, copy in tiles:
-    synced = UOp(Ops.AFTER, local.dtype, (local, wait))
+    # the fragments are read after the next copies started, so that those overlap this iteration's math
+    synced = UOp(Ops.AFTER, local.dtype, (local, wait, started))
     base = stage_now.alu(Ops.MUL, _idx(size))
     for ld, split in zip(op.loads, splits): where[ld] = (synced, pitch) + split + (base,)
-    fetches += [copy(it, later, ahead.alu(Ops.MOD, _idx(stages)), synced) for it in range(iters)]
   lane = next(r for r in threads if r.arg[1] is AxisType.WARP)
   body = substitute(end.src[0], {st: _matrix_load(st, where, lane) or _fragment(st, where) for w in wmmas for st in w.src[:2]})
-  new_end = UOp(Ops.END, dtypes.void, (UOp(Ops.GROUP, dtypes.void, (body, *fetches)),) + end.src[1:])
+  new_end = UOp(Ops.END, dtypes.void, (UOp(Ops.GROUP, dtypes.void, (body, started)),) + end.src[1:])
   out = substitute(sink, {end: new_end})
   if trace is not None: trace.append((sink, out))
   return out
