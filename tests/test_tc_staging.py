@@ -1,5 +1,6 @@
 """Tensor-core operands staged in LOCAL memory (uopc/stages/tc_staging.py): the staged kernel's shape
-(LOCAL tiles, two barriers per reduction iteration, 16-byte global copies), its results in the
+(LOCAL tiles of several stages filled by asynchronous 16-byte copies, one barrier per reduction
+iteration, fragments as warp-wide matrix loads), its results in the
 emulator (which reports races and missing barriers) bit for bit equal to the unstaged kernel's
 (`...,NOLOCALS` keeps the same warps and WMMAs but reads the fragments from global memory) and
 within the float32-sum bound of numpy's float64 gemm, for both operand layouts, and ptxas."""
@@ -16,6 +17,7 @@ from test_tensor_programs import Func
 from uopc.driver import BuildOptions, build
 from uopc.dtype import AddrSpace
 from uopc.ops import Ops
+from uopc.stages.tensor_cores import ASYNC, LDMATRIX
 from uopc.stages.optimize import heuristic_opts, optimize, parse_opts
 
 
@@ -28,15 +30,18 @@ def test_heuristic_tensor_core_gemm_stages_both_operands():
   schedule = _staged(gemm_relu(128, 64, 128, "f16"))
   nodes = schedule.sink.toposort()
   tiles = [u for u in nodes if u.op is Ops.BUFFER and u.dtype.addrspace is AddrSpace.LOCAL]
-  # a: 64 rows (2 warps x 32) x 32 k (2 steps of 16), pitch 40; b: 32 k x 128 columns (4 warps x 32), pitch 136
-  assert sorted(t.dtype.size for t in tiles) == [64 * 40, 32 * 136]
-  assert sum(u.op is Ops.BARRIER for u in nodes) == 2
-  copies = [u for u in nodes if u.op is Ops.LOAD and u.dtype.count == 8]  # 16-byte global reads, held in registers
-  assert {u.src[0].src[0].op for u in copies} == {Ops.PARAM, Ops.AFTER}
+  # 3 stages of a: 64 rows (2 warps x 32) x 32 k (2 steps of 16), pitch 40; of b: 32 k x 128 columns (4 warps x 32), pitch 136
+  assert sorted(t.dtype.size for t in tiles) == [3 * 64 * 40, 3 * 32 * 136]
+  waits = [u for u in nodes if u.op is Ops.BARRIER]
+  copies = [u for u in nodes if u.op is Ops.STORE and u.arg == ASYNC]
+  # prologue: stages 0 and 1 (a: 1 copy a thread, b: 2); in the loop, one stage ahead; the wait leaves the next stage's 3 in flight
+  assert len(copies) == 2 * 3 + 3 and [w.arg for w in waits] == [(ASYNC, 3)]
+  assert all(c.src[1].op is Ops.LOAD and c.src[1].dtype.count == 8 and c.src[1].src[0].src[0].op is Ops.PARAM for c in copies)
   frag = {s for u in nodes if u.op is Ops.WMMA for s in u.src[:2]}
-  reads = [x.src[0] if x.op is Ops.GEP else x for s in frag for x in s.src]
-  assert all(x.op is Ops.LOAD and x.src[0].src[0].src[0] in tiles for x in reads)  # LOAD(INDEX(AFTER(tile, barrier)))
-  assert any(x.dtype.count == 2 for x in reads)  # a's pairs of consecutive k
+  # each fragment one warp-wide matrix load from its tile: LOAD(INDEX(AFTER(tile, barrier))), a's plain, b's transposed
+  assert all(x.op is Ops.LOAD and x.arg[0] == LDMATRIX and x.src[0].src[0].src[0] in tiles for x in frag)
+  a_tile = next(t for t in tiles if t.dtype.size == 3 * 64 * 40)
+  assert {x.arg[1] for x in frag if x.src[0].src[0].src[0] is a_tile} == {False} and {x.arg[1] for x in frag if x.src[0].src[0].src[0] is not a_tile} == {True}
 
 
 @pytest.mark.parametrize("text", ["TC(2,-1,0),SPLIT(1,4,l),SPLIT(0,2,l)", "TC(2,-1,0)", "TC(2),NOLOCALS"])
@@ -83,12 +88,15 @@ def test_ptxas_accepts_staged_kernels(tmp_path, arch):
   ptx = (tmp_path / "out" / "tc.ptx").read_text()
   filecheck(ptx, """
     CHECK: .shared .align {{[0-9]+}} .b8
-    CHECK: ld.global.v4.b32
-    CHECK: st.shared.v4.b32
-    CHECK: bar.sync 0
-    CHECK: ld.shared.b32
+    CHECK: cp.async.cg.shared.global [%rd{{[0-9]+}}], [%rd{{[0-9]+}}], 16
+    CHECK-NEXT: cp.async.commit_group
+    CHECK: cp.async.wait_group {{[0-9]+}}
+    CHECK-NEXT: bar.sync 0
+    CHECK: ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%r{{[0-9]+}}, %r{{[0-9]+}}, %r{{[0-9]+}}, %r{{[0-9]+}}}, [%rd{{[0-9]+}}
+    CHECK: ldmatrix.sync.aligned.m8n8.x2.trans.shared.b16 {%r{{[0-9]+}}, %r{{[0-9]+}}}, [%rd{{[0-9]+}}
     CHECK: mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32
-    CHECK: bar.sync 0
+    CHECK: cp.async.cg.shared.global
+    CHECK: ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16
     """, tmp_path)
   ptxas_accepts(ptx, arch, tmp_path)
 
@@ -98,4 +106,17 @@ def test_large_gemms_get_64x64_warp_tiles_and_2x2_warps():
   from uopc.stages.optimize import format_axes
   assert format_axes(sink) == "g16 l2 g16 l2 R2 w32"  # 4 x 8 tiles of 16 x 8 per warp, 2 x 2 warps: 128 x 128 per workgroup
   assert sum(u.op is Ops.WMMA for u in sink.toposort()) == 64
-  assert sum(u.op is Ops.BARRIER for u in sink.toposort()) == 2
+  assert [u.arg for u in sink.toposort() if u.op is Ops.BARRIER] == [(ASYNC, 0)]  # 2 stages of 128 x 128 fit in 48 KiB
+
+
+def test_emulator_reports_reads_of_copies_not_waited_for(tmp_path, monkeypatch):
+  """The same kernel with its wait leaving every copy in flight: the emulator refuses the fragment reads."""
+  import uopc.stages.tc_staging as tc_staging
+  from uopc.rewrite import substitute
+  real = tc_staging.stage_operands
+  def no_wait(sink, trace=None):
+    out = real(sink, trace)
+    return substitute(out, {u: u.replace(arg=(ASYNC, 99)) for u in out.toposort() if u.op is Ops.BARRIER})
+  monkeypatch.setattr(tc_staging, "stage_operands", no_wait)
+  with pytest.raises(Exception, match="which an asynchronous copy has not been waited for"):
+    emulated(tmp_path, monkeypatch, gemm_relu(64, 64, 64, "f16"), inputs(64, 64, 64, "f16"), None)

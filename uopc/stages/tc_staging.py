@@ -35,11 +35,13 @@ import math
 from uopc.dtype import AddrSpace, PtrDType, dtypes
 from uopc.ops import AxisType, Ops
 from uopc.rewrite import substitute
+from uopc.stages.tensor_cores import ASYNC, LDMATRIX
 from uopc.symbolic import simplify
 from uopc.uop import UOp
 
 VECTOR_BYTES = 16             # bytes a thread copies at once
 MAX_LOCAL_BYTES = 48 * 1024   # static shared memory a workgroup may use (every CUDA arch)
+STAGES = (3, 2)               # tiles in flight: the most that fit MAX_LOCAL_BYTES
 _BLOCK = (AxisType.GLOBAL, AxisType.REDUCE)
 _THREAD = (AxisType.LOCAL, AxisType.WARP)
 
@@ -153,10 +155,59 @@ def _build(form: Form) -> UOp:
   return simplify(out)
 
 
+def _lane_atoms(form: Form, lane: UOp) -> tuple[Form, int, int]:
+  """form without its `lane // 4` and `lane % 4` terms, and their coefficients (other lane terms: -1)."""
+  rest, g, t = {}, 0, 0
+  for a, c in form.items():
+    if a is not None and a.op in (Ops.IDIV, Ops.MOD) and a.src[0] is lane and a.src[1].op is Ops.CONST and a.src[1].arg == 4:
+      if a.op is Ops.IDIV: g = c
+      else: t = c
+    elif a is not None and lane in a.toposort(): return rest, -1, -1
+    else: rest[a] = c
+  return rest, g, t
+
+
+def _plus(form: Form, k: int) -> Form: return {**form, None: form.get(None, 0) + k}
+
+
+def _matrix_load(stack: UOp, where: dict, lane: UOp) -> UOp | None:
+  """The fragment as one ldmatrix (uopc.stages.tensor_cores) where its pairs are 8 x 8 matrices of one
+  LOCAL tile: rows g and columns 2t, 2t + 1 (trans: rows 2t, 2t + 1 of column g), 16-byte aligned rows."""
+  ws = [where[ld] for ld in stack.src]
+  n = len(ws)
+  if n not in (4, 8) or any(w[0] is not ws[0][0] for w in ws): return None
+  tile, pitch = ws[0][0], ws[0][1]
+  bases, trans = [], None
+  for j in range(n // 2):
+    (row, rg, rt), (col, cg, ct) = _lane_atoms(ws[2 * j][2], lane), _lane_atoms(ws[2 * j][3], lane)
+    (row1, rg1, rt1), (col1, cg1, ct1) = _lane_atoms(ws[2 * j + 1][2], lane), _lane_atoms(ws[2 * j + 1][3], lane)
+    plain = (rg, rt, cg, ct) == (1, 0, 0, 2) and row1 == row and col1 == _plus(col, 1)
+    flipped = (rg, rt, cg, ct) == (0, 2, 1, 0) and row1 == _plus(row, 1) and col1 == col
+    if (rg1, rt1, cg1, ct1) != (rg, rt, cg, ct) or not (plain or flipped) or trans not in (None, flipped): return None
+    trans = flipped
+    bases.append((row, col))
+  def delta(j: int, i: int) -> int | None:
+    a, b = bases[j][i], bases[0][i]
+    return a.get(None, 0) - b.get(None, 0) if {x: c for x, c in a.items() if x is not None} == {x: c for x, c in b.items() if x is not None} else None
+  deltas = [(delta(j, 0), delta(j, 1)) for j in range(n // 2)]
+  if any(None in d for d in deltas) or (n == 8 and deltas[3] != (deltas[1][0] + deltas[2][0], deltas[1][1] + deltas[2][1])): return None
+  row0, col0 = bases[0]
+  if pitch % 8 or any(c % 8 for c in col0.values()) or any(d[1] % 8 for d in deltas): return None  # 16-byte rows
+  def idx(v: int) -> UOp: return _idx(v)
+  bit0 = lane.alu(Ops.IDIV, idx(8)).alu(Ops.MOD, idx(2))
+  row = _build(row0).alu(Ops.ADD, lane.alu(Ops.MOD, idx(8))).alu(Ops.ADD, bit0.alu(Ops.MUL, idx(deltas[1][0])))
+  col = _build(col0).alu(Ops.ADD, bit0.alu(Ops.MUL, idx(deltas[1][1])))
+  if n == 8:
+    bit1 = lane.alu(Ops.IDIV, idx(16))
+    row, col = row.alu(Ops.ADD, bit1.alu(Ops.MUL, idx(deltas[2][0]))), col.alu(Ops.ADD, bit1.alu(Ops.MUL, idx(deltas[2][1])))
+  at = simplify(ws[0][5].alu(Ops.ADD, row.alu(Ops.MUL, idx(pitch))).alu(Ops.ADD, col))
+  return UOp(Ops.LOAD, stack.dtype, (UOp(Ops.INDEX, tile.dtype, (tile, at)),), (LDMATRIX, trans))
+
+
 def _fragment(stack: UOp, where: dict) -> UOp:
   """A fragment STACK read from the LOCAL tiles: two lanes at consecutive columns of one row, the first
   at an even element, as one 2-lane LOAD (one 32-bit shared-memory read)."""
-  def at(w) -> UOp: return simplify(_build(w[2]).alu(Ops.MUL, _idx(w[1])).alu(Ops.ADD, _build(w[3])))
+  def at(w) -> UOp: return simplify(w[5].alu(Ops.ADD, _build(w[2]).alu(Ops.MUL, _idx(w[1]))).alu(Ops.ADD, _build(w[3])))
   lanes, i, lds = [], 0, stack.src
   while i < len(lds):
     w = where[lds[i]]
@@ -191,49 +242,53 @@ def stage_operands(sink: UOp, trace=None) -> UOp:
               for b in frags}
   ops = [_Operand(b, lds) for b, lds in frags.items() if b.op is Ops.PARAM and len(loads_of[b]) == len(lds)]
   plans = [(op, p) for op in ops if (p := _plan(op, threads)) is not None]
-  if not plans or sum(p[2] * (p[3] + p[4]) * op.buf.dtype.base.itemsize for op, p in plans) > MAX_LOCAL_BYTES: return sink
+  if not plans: return sink
   end = next(u for u in sink.toposort() if u.op is Ops.END and u.src[1] is k)
   tid, count = _idx(0), 1
   for r in threads: tid, count = tid.alu(Ops.MUL, _idx(r.src[0].arg)).alu(Ops.ADD, r), count * r.src[0].arg
   tid = simplify(tid)
   slot = 1 + max((u.arg[0] for u in sink.toposort() if u.op is Ops.BUFFER and isinstance(u.arg, tuple)), default=-1)
   trips = k.src[0].arg
-  k_next = UOp(Ops.WHERE, dtypes.index, (k.alu(Ops.CMPLT, _idx(trips - 1)), k.alu(Ops.ADD, _idx(1)), k))
-  copies, tiles, prologue, fetches = [], [], [], []
+  tile_bytes = sum(p[2] * (p[3] + p[4]) * op.buf.dtype.base.itemsize for op, p in plans)
+  stages = next((n for n in STAGES if n * tile_bytes <= MAX_LOCAL_BYTES and n - 1 <= trips), 0)
+  if not stages or any((p[2] * p[3] // p[4]) % count for _, p in plans): return sink
+  per_stage = sum(p[2] * p[3] // p[4] // count for _, p in plans)  # async copies a thread issues per stage
+  tiles = []
   for n, (op, (block, s, rows, cols, v, splits)) in enumerate(plans):
-    pitch, dt, iters = cols + v, op.buf.dtype.base, rows * cols // v // count
-    if (rows * cols // v) % count: return sink
-    local = UOp(Ops.BUFFER, dt.ptr(AddrSpace.LOCAL, rows * pitch), (), (slot + n, f"tile{slot + n}"))
-    regs = UOp(Ops.BUFFER, dt.ptr(AddrSpace.REG, iters * v), (), (slot + len(plans) + n, f"next{slot + len(plans) + n}"))
+    pitch, dt, size = cols + v, op.buf.dtype.base, rows * (cols + v)
+    local = UOp(Ops.BUFFER, dt.ptr(AddrSpace.LOCAL, stages * size), (), (slot + n, f"tile{slot + n}"))
     origin, vdt = _build(block), dt.vec(v) if v > 1 else dt
-    def fetch(it: int, at_k: UOp, origin=origin, s=s, cols=cols, v=v, vdt=vdt, buf=op.buf) -> UOp:
-      """The it-th vector this thread copies, of iteration at_k (the defaults bind this operand's values)."""
+    def copy(it: int, at_k: UOp, stage: UOp, into: UOp, origin=origin, s=s, cols=cols, v=v, vdt=vdt, buf=op.buf, pitch=pitch, size=size) -> UOp:
+      """The it-th 16-byte copy this thread issues: of iteration at_k's tile into `stage` of the LOCAL buffer
+      `into` (the defaults bind this operand's values)."""
       flat = tid.alu(Ops.ADD, _idx(it * count))
       r, c = flat.alu(Ops.IDIV, _idx(cols // v)), flat.alu(Ops.MOD, _idx(cols // v)).alu(Ops.MUL, _idx(v))
       src = simplify(substitute(origin, {k: at_k}).alu(Ops.ADD, r.alu(Ops.MUL, _idx(s))).alu(Ops.ADD, c))
-      return UOp(Ops.LOAD, vdt, (UOp(Ops.INDEX, buf.dtype, (buf, src)),))
-    def at(it: int) -> tuple[UOp, UOp]:
-      flat = tid.alu(Ops.ADD, _idx(it * count))
-      r, c = flat.alu(Ops.IDIV, _idx(cols // v)), flat.alu(Ops.MOD, _idx(cols // v)).alu(Ops.MUL, _idx(v))
-      return r, c
-    prologue += [UOp(Ops.STORE, dtypes.void, (UOp(Ops.INDEX, regs.dtype, (regs, _idx(it * v))), fetch(it, _idx(0)))) for it in range(iters)]
-    held = UOp(Ops.AFTER, regs.dtype, (regs, UOp(Ops.GROUP, dtypes.void, tuple(prologue[-iters:])), k))
-    for it in range(iters):
-      r, c = at(it)
-      value = UOp(Ops.LOAD, vdt, (UOp(Ops.INDEX, regs.dtype, (held, _idx(it * v))),))
-      copies.append(UOp(Ops.STORE, dtypes.void, (UOp(Ops.INDEX, local.dtype, (local, simplify(r.alu(Ops.MUL, _idx(pitch)).alu(Ops.ADD, c)))), value)))
-    tiles.append((op, local, pitch, splits, regs, iters, v, fetch))
-  barrier = UOp(Ops.BARRIER, dtypes.void, (UOp(Ops.GROUP, dtypes.void, tuple(copies)),))
-  where = {}  # fragment LOAD -> (LOCAL tile after the barrier, row form, column form, even address)
-  for op, local, pitch, splits, regs, iters, v, fetch in tiles:
-    synced = UOp(Ops.AFTER, local.dtype, (local, barrier))
-    for ld, split in zip(op.loads, splits): where[ld] = (synced, pitch) + split
-    # the next iteration's vectors, loaded while this one computes (after the copies read the registers)
-    after = UOp(Ops.AFTER, regs.dtype, (regs, barrier))
-    fetches += [UOp(Ops.STORE, dtypes.void, (UOp(Ops.INDEX, regs.dtype, (after, _idx(it * v))), fetch(it, k_next))) for it in range(iters)]
-  body = substitute(end.src[0], {st: _fragment(st, where) for w in wmmas for st in w.src[:2]})
-  body = UOp(Ops.GROUP, dtypes.void, (body, *fetches))
-  new_end = UOp(Ops.END, dtypes.void, (UOp(Ops.BARRIER, dtypes.void, (body,)),) + end.src[1:])
+      dst = simplify(stage.alu(Ops.MUL, _idx(size)).alu(Ops.ADD, r.alu(Ops.MUL, _idx(pitch))).alu(Ops.ADD, c))
+      value = UOp(Ops.LOAD, vdt, (UOp(Ops.INDEX, buf.dtype, (buf, src)),))
+      return UOp(Ops.STORE, dtypes.void, (UOp(Ops.INDEX, into.dtype, (into, dst)), value), ASYNC)
+    tiles.append((op, local, pitch, size, splits, rows * cols // v // count, copy))
+  # the first stages - 1 iterations' copies, stage by stage (a wait counts the copies started after it)
+  prologue = [copy(it, _idx(st), _idx(st), local) for st in range(stages - 1) for _, local, _, _, _, iters, copy in tiles for it in range(iters)]
+  # iteration k: wait for its own copies (the later stages' may still fly) and for every thread's, read
+  # the fragments from stage k % stages, then start the copies of iteration k + stages - 1 into the stage
+  # iteration k - 1 read (every thread is past that reading: it is before this barrier)
+  wait = UOp(Ops.BARRIER, dtypes.void, (UOp(Ops.GROUP, dtypes.void, tuple(prologue)), k), (ASYNC, (stages - 2) * per_stage))
+  stage_now = k.alu(Ops.MOD, _idx(stages))
+  ahead = k.alu(Ops.ADD, _idx(stages - 1))
+  later = UOp(Ops.WHERE, dtypes.index, (ahead.alu(Ops.CMPLT, _idx(trips)), ahead, _idx(trips - 1)))  # the last tile again past the end
+  fetches = [copy(it, later, ahead.alu(Ops.MOD, _idx(stages)), UOp(Ops.AFTER, local.dtype, (local, wait)))
+             for _, local, _, _, _, iters, copy in tiles for it in range(iters)]
+  started = UOp(Ops.GROUP, dtypes.void, tuple(fetches))
+  where = {}  # fragment LOAD -> (LOCAL tile after the wait, pitch, row form, column form, even address, stage base)
+  for op, local, pitch, size, splits, iters, copy in tiles:
+    # the fragments are read after the next copies started, so that those overlap this iteration's math
+    synced = UOp(Ops.AFTER, local.dtype, (local, wait, started))
+    base = stage_now.alu(Ops.MUL, _idx(size))
+    for ld, split in zip(op.loads, splits): where[ld] = (synced, pitch) + split + (base,)
+  lane = next(r for r in threads if r.arg[1] is AxisType.WARP)
+  body = substitute(end.src[0], {st: _matrix_load(st, where, lane) or _fragment(st, where) for w in wmmas for st in w.src[:2]})
+  new_end = UOp(Ops.END, dtypes.void, (UOp(Ops.GROUP, dtypes.void, (body, started)),) + end.src[1:])
   out = substitute(sink, {end: new_end})
   if trace is not None: trace.append((sink, out))
   return out

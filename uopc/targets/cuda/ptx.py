@@ -47,7 +47,7 @@ import numpy as np
 from uopc.diagnostics import CompileError, Diagnostic, Loc, error
 from uopc.dtype import AddrSpace, DType, PtrDType, dtypes
 from uopc.ops import GroupOp, Ops
-from uopc.stages.tensor_cores import CUDA_TENSOR_CORES, by_arg
+from uopc.stages.tensor_cores import ASYNC, CUDA_TENSOR_CORES, LDMATRIX, by_arg
 from uopc.targets import param_name
 from uopc.targets.geometry import Geometry, idx_local_size, workgroup_geometry
 from uopc.targets.c.render import KernelParam, RenderedKernel
@@ -124,6 +124,7 @@ class _Kernel:
     self.r: dict[UOp, Any] = {}          # a scalar's register, or a tuple of lane registers
     self.closers: dict[UOp, list[str]] = {}  # what an END/ENDIF emits, set by its opener
     self.params = self._params()
+    self.async_loads = {u.src[1] for u in self.uops if u.op is Ops.STORE and u.arg == ASYNC}  # read by cp.async itself
 
   # ---- registers, labels, diagnostics ----------------------------------------------------------------
   def reg(self, cls: str) -> str:
@@ -334,7 +335,9 @@ def _close(k: _Kernel, u: UOp) -> None:
   for line in k.closers.pop(u.src[1] if u.op is Ops.END else u.src[0], []): k.emit(line)
 
 
-def _barrier(k: _Kernel, u: UOp) -> None: k.emit("bar.sync 0")
+def _barrier(k: _Kernel, u: UOp) -> None:
+  if isinstance(u.arg, tuple) and u.arg[:1] == (ASYNC,): k.emit(f"cp.async.wait_group {u.arg[1]}")  # this thread's copies first
+  k.emit("bar.sync 0")
 def _after(k: _Kernel, u: UOp) -> None: k.r[u] = k.r[u.src[0]]
 
 
@@ -382,6 +385,7 @@ def _packed(dt: DType) -> bool:
 
 
 def _load(k: _Kernel, u: UOp) -> None:
+  if u in k.async_loads: return  # the cp.async of its STORE reads the memory
   if len(u.src) not in (1, 3): raise k.fail(u, "LOAD must be LOAD(index) or LOAD(index, alt, gate)")
   space, addr, gate = _access(k, u, u.dtype)
   dt, n = u.dtype.scalar, u.dtype.count
@@ -398,6 +402,12 @@ def _load(k: _Kernel, u: UOp) -> None:
   if gate:
     for d, a in zip(out, k.lanes(u.src[1])):
       if dt is not dtypes.bool: k.emit(f"mov.{_mov_type(dt)} {d}, {a}")
+  if isinstance(u.arg, tuple) and u.arg[:1] == (LDMATRIX,):  # a warp-wide matrix load (uopc.stages.tensor_cores)
+    words = [k.new(dtypes.uint32) for _ in range(n // 2)]
+    k.emit(f"ldmatrix.sync.aligned.m8n8.x{n // 2}{'.trans' if u.arg[1] else ''}.shared.b16 {{{', '.join(words)}}}, {_address(addr, 0)}")
+    for j, w in enumerate(words): k.emit(f"mov.b32 {{{out[2 * j]}, {out[2 * j + 1]}}}, {w}")
+    k.set_lanes(u, out)
+    return
   if _packed(u.dtype) and not gate:
     words = [k.new(dtypes.uint32) for _ in range(n // 2)]
     dst = words[0] if len(words) == 1 else "{" + ", ".join(words) + "}"
@@ -428,6 +438,13 @@ def _store(k: _Kernel, u: UOp) -> None:
   value = u.src[1]
   space, addr, gate = _access(k, u, value.dtype)
   dt = value.dtype.scalar
+  if u.arg == ASYNC:  # an asynchronous copy (uopc.stages.tensor_cores), one commit group each
+    size, (src_space, src, _) = dt.itemsize * value.dtype.count, _access(k, value, value.dtype)
+    if (space, src_space, gate) != ("shared", "global", None) or size not in (4, 8, 16):
+      raise k.fail(u, "an asynchronous copy moves 4, 8 or 16 bytes from global to shared memory, ungated")
+    k.emit(f"cp.async.{'cg' if size == 16 else 'ca'}.shared.global {_address(addr, 0)}, {_address(src, 0)}, {size}")
+    k.emit("cp.async.commit_group")
+    return
   regs = list(k.lanes(value))
   guard = f"@{gate} " if gate else ""
   if isinstance(addr, _RegSlot):
