@@ -30,6 +30,7 @@ from typing import Any, Callable, Iterator, Sequence
 from uopc.diagnostics import CompileError, Loc, error
 from uopc.frontend.parser import c_identifier, parse_source
 from uopc.frontend.printer import format_arg, print_module
+from uopc.frontend.tinygrad_constants import DEFAULT_MAX_BYTES, Constants
 from uopc.ops import Ops
 
 try:
@@ -119,14 +120,19 @@ def _user_frame() -> tuple[str, int]:
 
 @contextmanager
 def recording(sites: Sites) -> Iterator[None]:
-  """Patch Tensor construction for the duration of a trace so each new node gets its user site."""
-  original = Tensor.__init__
+  """Patch Tensor construction for the duration of a trace so each new node gets its user site: both
+  `Tensor(...)` and `_apply_uop`, which builds the result of an elementwise op without `__init__`."""
+  original, original_apply = Tensor.__init__, Tensor._apply_uop
   def init(self, *args, **kwargs):
     original(self, *args, **kwargs)
     sites.record(self.uop)
-  Tensor.__init__ = init
+  def apply(self, *args, **kwargs):
+    ret = original_apply(self, *args, **kwargs)
+    sites.record(ret.uop)
+    return ret
+  Tensor.__init__, Tensor._apply_uop = init, apply
   try: yield
-  finally: Tensor.__init__ = original
+  finally: Tensor.__init__, Tensor._apply_uop = original, original_apply
 
 
 # ---- the graph walk ----------------------------------------------------------------------------------
@@ -377,9 +383,11 @@ class Traced:
 
 
 def trace(fn: Callable, examples: Sequence[Any], name: str | None = None, input_names: Sequence[str] | None = None,
-          weights: Any = None) -> Traced:
-  """Call `fn` on the examples under site recording and write its graph as one `func` entry."""
+          weights: Any = None, constants: Constants | None = None) -> Traced:
+  """Call `fn` on the examples under site recording and write its graph as one `func` entry; `constants`
+  says which buffers that are not inputs are embedded as BINARY data (default: none)."""
   require_tinygrad()
+  constants = constants or Constants()
   tensors = [_as_tensor(x, i) for i, x in enumerate(examples)]
   entry = c_identifier(name or getattr(fn, "__name__", "model"))
   sites = Sites()
@@ -401,8 +409,10 @@ def trace(fn: Callable, examples: Sequence[Any], name: str | None = None, input_
   wnames, found = _weight_names(weights), []
   used = set(names)
   def new_weight(buf: Any, shape: tuple) -> str:
+    dtype, wanted = uopc_dtype(buf.dtype), wnames.get(buf, f"w{len(found)}")
+    if (embedded := constants.embed(buf, shape, dtype, w.let, w.dims, sites.of(buf), wanted)) is not None: return embedded
     slot = len(tensors) + len(found)
-    nm = _unique(wnames.get(buf, f"w{len(found)}"), used)
+    nm = _unique(wanted, used)
     p = Param(slot, nm, shape, uopc_dtype(buf.dtype))
     found.append((p, buf))
     return w.let(f"PARAM({w.dims(p.shape)}) {{({slot}, \"{nm}\")}} : {p.dtype}", nm)
@@ -472,24 +482,33 @@ def _canonical(text: str, what: str) -> str:
 
 
 def export(fn: Callable, *example_inputs: Any, name: str | None = None, input_names: Sequence[str] | None = None,
-           weights: Any = None) -> str:
+           weights: Any = None, constants: str = "param", max_constant_bytes: int = DEFAULT_MAX_BYTES) -> str:
   """The `.uop` text of one `func` entry computing `fn` on inputs shaped like `example_inputs`.
   PARAM slots: the inputs, the other buffers the graph reads (weights: named from `weights`, a model or
-  a {name: Tensor} dict, else w0, w1, ...), then the outputs (`out`, or out0, out1, ...)."""
-  t = trace(fn, example_inputs, name, input_names, weights)
+  a {name: Tensor} dict, else w0, w1, ...), then the outputs (`out`, or out0, out1, ...).
+  `constants="embed"` writes each of those other buffers whose data tinygrad holds and whose size is at
+  most `max_constant_bytes` into the program as BINARY data instead of a PARAM (see
+  uopc.frontend.tinygrad_constants); the others stay PARAMs, each with a note saying why."""
+  consts = Constants(constants, max_constant_bytes)
+  t = trace(fn, example_inputs, name, input_names, weights, consts)
+  consts.report()
   return _canonical(t.text, t.text.split()[1])
 
 
-def export_module(functions: Sequence[tuple], weights: Any = None) -> str:
-  """Several entries in one file: each item is `(fn, example_inputs)` or `(fn, example_inputs, name)`."""
+def export_module(functions: Sequence[tuple], weights: Any = None, constants: str = "param",
+                  max_constant_bytes: int = DEFAULT_MAX_BYTES) -> str:
+  """Several entries in one file: each item is `(fn, example_inputs)` or `(fn, example_inputs, name)`;
+  `constants` and `max_constant_bytes` as for `export` (equal data is stored once by the library)."""
   texts, names = [], set()
+  consts = Constants(constants, max_constant_bytes)
   for item in functions:
     fn, examples, nm = (item + (None,))[:3]
-    t = trace(fn, examples, nm, None, weights)
+    t = trace(fn, examples, nm, None, weights, consts)
     entry = t.text.split()[1]
     if entry in names: raise CompileError([error(None, f"two exported entries are named '{entry}'; pass distinct names")])
     names.add(entry)
     texts.append(t.text)
+  consts.report()
   return _canonical("\n".join(texts), "module")
 
 

@@ -41,6 +41,11 @@
    nothing orders them otherwise (`x = x + 1` then `y = x * x` on the x of entry runs y's kernel
    first, with no copy).
 
+Constant data (a BINARY, or `BITCAST(BINARY) : T`, its bytes as little-endian elements of T) is a
+read-only buffer of the program (`BufferInfo.data`), one per distinct data and dtype, declared when a
+kernel first reads it; kernels load it like any buffer, and the launcher binds it to the data it embeds
+(`uopc.embedded_data`). It is never an argument, an intermediate or written.
+
 An opaque CALL (kept by Callify) is a reusable kernel: its body is rangeified once, as a program of
 its own whose PARAM k is formal k and whose PARAMs after the last formal are its results, and every
 call site launches those kernels with that site's buffers: its arguments (realized into buffers),
