@@ -30,7 +30,9 @@ from typing import Any, Callable, Iterator, Sequence
 from uopc.diagnostics import CompileError, Loc, error
 from uopc.frontend.parser import c_identifier, parse_source
 from uopc.frontend.printer import format_arg, print_module
+from uopc.frontend import tinygrad_multi as multi
 from uopc.frontend.tinygrad_constants import DEFAULT_MAX_BYTES, Constants
+from uopc.frontend.tinygrad_multi import devices_arg
 from uopc.ops import Ops
 
 try:
@@ -50,9 +52,6 @@ _HINTS = {
   "AFTER": "an assignment or random numbers inside the traced function; realize the model's weights and random "
            "tensors before exporting (e.g. Tensor.realize(*nn.state.get_parameters(model)))",
   "STORE": "an assignment inside the traced function; uopc exports pure functions",
-  "COPY": "a copy to another device; multi-device programs are not exported yet",
-  "MSELECT": "multi-device programs are not exported yet", "MSTACK": "multi-device programs are not exported yet",
-  "ALLREDUCE": "multi-device programs are not exported yet",
 }
 
 
@@ -140,8 +139,15 @@ def recording(sites: Sites) -> Iterator[None]:
 class Param:
   slot: int
   name: str
-  shape: tuple
+  shape: tuple        # as the PARAM declares it (a sharded one: its shards one after the other along axis 0)
   dtype: str
+  devices: Any = None  # None, one device, or the tuple of devices of a sharded PARAM (one argument per shard)
+  axis: int | None = None  # a sharded PARAM's shard axis in the whole tensor (see uopc.frontend.tinygrad_multi)
+
+  def declare(self, w: "Writer") -> str:
+    """The PARAM statement; its value's name."""
+    dev = "" if self.devices is None else f", {devices_arg(self.devices)}"
+    return w.let(f"PARAM({w.dims(self.shape)}) {{({self.slot}, \"{self.name}\"{dev})}} : {self.dtype}", self.name)
 
 
 class Writer:
@@ -215,6 +221,7 @@ class Converter:
   def _operands(self, u: Any) -> tuple:
     """The value sources of u: a movement op's shape operands, a buffer's size and a FUNCTION's body are not values."""
     if u in self.leaves or u.op in (T.BUFFER, T.PARAM, T.FUNCTION, T.CONST, T.AFTER, T.STORE): return ()
+    if multi.is_multi(u): return multi.operands(u)
     if u.op is T.RESHAPE and u.src[0].op is T.BUFFER: return ()  # a weight: written with its tensor's shape
     if u.op.name in ("RESHAPE", "EXPAND", "PERMUTE", "PAD", "SHRINK", "FLIP"): return u.src[:1]
     return u.src
@@ -235,6 +242,9 @@ class Converter:
   def _write(self, u: Any, weak_as: str | None) -> str:
     if u in self.leaves: return self.leaves[u]
     name = u.op.name
+    if multi.is_multi(u):
+      try: return multi.convert(self, u, weak_as)
+      except multi.Unsupported as e: raise _Unsupported(str(e), u) from None
     if name == "AFTER" and u.src[0].op is T.BUFFER and _variable(u.src[0]) or _variable(u):
       return self.w.let(f"CAST({self.w.size(u)}) : {weak_as or uopc_dtype(u.dtype)}")
     if name == "BUFFER": return self.new_weight(u, tuple(u.shape))
@@ -248,8 +258,7 @@ class Converter:
     if name == "STACK" and u.dtype != tdt.void: return self.w.let(f"STACK({', '.join(self._get(s, weak_as) for s in u.src)})")
     if name == "GETTUPLE": return self._gettuple(u)
     if name == "FUNCTION": return self._function(u)
-    if name == "COPY" and not isinstance(u.device, tuple) and not isinstance(u.src[0].device, tuple):
-      return self._get(u.src[0], weak_as)  # a copy between two single devices does not change a value
+    if name == "COPY": return self._get(u.src[0], weak_as)  # a copy between two single devices does not change a value
     raise _Unsupported(f"tinygrad op {name} is not supported by the exporter" + (f" ({_HINTS[name]})" if name in _HINTS else ""))
 
   def _const(self, u: Any, weak_as: str | None) -> str:
@@ -403,19 +412,18 @@ def trace(fn: Callable, examples: Sequence[Any], name: str | None = None, input_
   inputs = []
   for i, (t, nm) in enumerate(zip(tensors, names)):
     if t.uop in leaves: continue  # the same tensor passed twice: its first slot
-    p = Param(i, nm, tuple(t.shape), uopc_dtype(t.dtype))
-    leaves[t.uop] = w.let(f"PARAM({w.dims(p.shape)}) {{({i}, \"{nm}\")}} : {p.dtype}", nm)
-    inputs.append(p)
+    try:
+      inputs.append(_input(w, leaves, t, i, nm))
+    except multi.Unsupported as e:
+      raise CompileError([error(None, f"in {entry}: example input {i} ({nm}): {e}")]) from None
   wnames, found = _weight_names(weights), []
   used = set(names)
-  def new_weight(buf: Any, shape: tuple) -> str:
+  def new_weight(buf: Any, shape: tuple, devices: Any = None) -> str:
     dtype, wanted = uopc_dtype(buf.dtype), wnames.get(buf, f"w{len(found)}")
     if (embedded := constants.embed(buf, shape, dtype, w.let, w.dims, sites.of(buf), wanted)) is not None: return embedded
-    slot = len(tensors) + len(found)
-    nm = _unique(wanted, used)
-    p = Param(slot, nm, shape, uopc_dtype(buf.dtype))
+    p = Param(len(tensors) + len(found), _unique(wanted, used), shape, dtype, devices)
     found.append((p, buf))
-    return w.let(f"PARAM({w.dims(p.shape)}) {{({slot}, \"{nm}\")}} : {p.dtype}", nm)
+    return p.declare(w)
   conv = Converter(w, leaves, new_weight, sites)
   values = []
   for i, t in enumerate(outs):
@@ -425,14 +433,39 @@ def trace(fn: Callable, examples: Sequence[Any], name: str | None = None, input_
       raise _located(e, sites, entry) from None
   outputs = []
   for i, (t, v) in enumerate(zip(outs, values)):
-    slot = len(tensors) + len(found) + i
     nm = _unique("out" if len(outs) == 1 else f"out{i}", used)
-    p = Param(slot, nm, tuple(t.shape), uopc_dtype(t.dtype))
-    o = w.let(f"PARAM({w.dims(p.shape)}) {{({slot}, \"{nm}\")}} : {p.dtype}", nm)
-    w.lines.append(f"  STORE({o}, {v})")
+    p, v = _output(w, t, v, len(tensors) + len(found) + i, nm)
+    w.lines.append(f"  STORE({p.declare(w)}, {v})")
     outputs.append(p)
   text = f"func {entry} {{\n" + "\n".join(w.lines) + "\n}\n"
   return Traced(text, inputs, found, outputs)
+
+
+def _input(w: Writer, leaves: dict, t: Any, slot: int, name: str) -> Param:
+  """The PARAM of example input `t`: sharded (an UNSHARD: one argument per device shard), replicated over
+  devices (one argument the program copies to each), or on one device."""
+  u, dtype = t.uop, uopc_dtype(t.dtype)
+  if u.op is T.UNSHARD:
+    k, n, shard = multi.input_sharding(u)
+    p = Param(slot, name, multi.layout_shape(shard, n), dtype, u.device, k)
+    leaves[u] = multi.whole_from_layout(w.let, w.dims, p.declare(w), shard, k, n)
+  else:
+    p = Param(slot, name, tuple(t.shape), dtype)
+    leaves[u.src[0] if u.op is T.COPY and isinstance(u.device, tuple) else u] = p.declare(w)
+  return p
+
+
+def _output(w: Writer, t: Any, value: str, slot: int, name: str) -> tuple[Param, str]:
+  """The PARAM of output `t` and the value stored there: a sharded output shard by shard, a replicated one
+  on the first of its devices."""
+  u, dtype = t.uop, uopc_dtype(t.dtype)
+  if not isinstance(u.device, tuple): return Param(slot, name, tuple(t.shape), dtype), value
+  whole, n = tuple(t.shape), len(u.device)
+  if u.axis is None or not all(isinstance(d, int) for d in whole):
+    return Param(slot, name, whole, dtype, u.device[0]), w.let(f"COPY({value}) {{{devices_arg(u.device[0])}}}")
+  shard = whole[:u.axis] + (whole[u.axis] // n,) + whole[u.axis + 1:]
+  return (Param(slot, name, multi.layout_shape(shard, n), dtype, u.device, u.axis),
+          multi.layout_from_whole(w.let, w.dims, value, whole, u.axis, n))
 
 
 def _unique(name: str, used: set[str]) -> str:
