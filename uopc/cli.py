@@ -316,6 +316,12 @@ def export_cmd(target, inputs, output, name, weights, var_specs, constants, max_
   other constant tensors of up to --max-constant-bytes each become BINARY data in the program (the
   library holds them: no weight arguments); larger ones stay PARAMs, each with a note.
 
+  Sharded tensors (Tensor.shard over devices such as ("CPU:0", "CPU:1")) export as a multi-device
+  program: a weight realized sharded is a PARAM on the devices, one argument per device shard; an input
+  that FUNCTION shard()s is passed whole and scattered by the program; ops keep their meaning on the whole tensor (a reduction over the shard
+  axis is an allreduce); a sharded output is written shard by shard, a replicated one (an allreduce's
+  result) once, on the first device. What uopc cannot run on several devices is refused at its line.
+
   \b
   Example:
     uopc export model.py:block -i x=64x768 -o block.uop

@@ -144,6 +144,9 @@ class Param:
   devices: Any = None  # None, one device, or the tuple of devices of a sharded PARAM (one argument per shard)
   axis: int | None = None  # a sharded PARAM's shard axis in the whole tensor (see uopc.frontend.tinygrad_multi)
 
+  def __post_init__(self):
+    if self.devices is not None: self.devices = multi.device_names(self.devices)
+
   def declare(self, w: "Writer") -> str:
     """The PARAM statement; its value's name."""
     dev = "" if self.devices is None else f", {devices_arg(self.devices)}"
@@ -159,6 +162,8 @@ class Writer:
 
     self.used: set[str] = set()
     self.sizes: dict[Any, str] = {}
+    self.current: Any = None             # the tinygrad node being written
+    self.origin: dict[int, Any] = {}     # index in `lines` -> the tinygrad node that statement writes
 
   def let(self, text: str, name: str | None = None) -> str:
     """A new statement: `%name` for a PARAM (suffixed when taken), `%t.<n>` for the rest (a '.' is in no
@@ -168,6 +173,7 @@ class Writer:
     if name is not None:
       full = f"%{name}" if f"%{name}" not in self.used else f"%{name}_{self.count}"
     self.used.add(full)
+    self.origin[len(self.lines)] = self.current
     self.lines.append(f"  {full} = {text}")
     return full
 
@@ -233,11 +239,13 @@ class Converter:
     return self.done[(u, dt)]
 
   def _convert(self, u: Any, weak_as: str | None) -> str:
+    outer, self.w.current = self.w.current, u
     try:
       return self._write(u, weak_as)
     except _Unsupported as e:
       if e.node is None: e.node = u
       raise
+    finally: self.w.current = outer
 
   def _write(self, u: Any, weak_as: str | None) -> str:
     if u in self.leaves: return self.leaves[u]
@@ -247,7 +255,7 @@ class Converter:
       except multi.Unsupported as e: raise _Unsupported(str(e), u) from None
     if name == "AFTER" and u.src[0].op is T.BUFFER and _variable(u.src[0]) or _variable(u):
       return self.w.let(f"CAST({self.w.size(u)}) : {weak_as or uopc_dtype(u.dtype)}")
-    if name == "BUFFER": return self.new_weight(u, tuple(u.shape))
+    if name == "BUFFER": return self._weight(u, tuple(u.shape))
     if name == "CONST": return self._const(u, weak_as)
     if name in _PASS: return self._get(u.src[0], weak_as)
     if name == "CONTIGUOUS": return self.w.let(f"CONTIGUOUS({self._get(u.src[0], weak_as)})")
@@ -301,7 +309,7 @@ class Converter:
 
   def _movement(self, u: Any, weak_as: str | None) -> str:
     if u.op is T.RESHAPE and u.src[0].op is T.BUFFER and (u.src[0], None) not in self.done and u.src[0] not in self.leaves:
-      self.done[(u.src[0], None)] = self.new_weight(u.src[0], tuple(u.shape))  # a weight keeps its tensor's shape
+      self.done[(u.src[0], None)] = self._weight(u.src[0], tuple(u.shape))  # a weight keeps its tensor's shape
       return self.done[(u.src[0], None)]
     x, name, ps = self._get(u.src[0], weak_as), u.op.name, tuple(u.src[0].shape)
     if name == "RESHAPE": return x if tuple(u.shape) == ps else self.w.let(f"RESHAPE({x}, {self.w.dims(u.shape)})")
@@ -314,6 +322,12 @@ class Converter:
     if name == "FLIP": return self.w.let(f"FLIP({x}) {{{format_arg(tuple(u.marg))}}}")
     offsets, sizes = [o for o, _ in u.marg], [s for _, s in u.marg]
     return self.w.let(f"{name}({x}, {self.w.dims(offsets)}, {self.w.dims(sizes)})")
+
+  def _weight(self, buf: Any, shape: tuple) -> str:
+    """A buffer that is not an input; one on a tuple of devices (outside an UNSHARD) holds a whole copy on
+    each: one PARAM (or embedded constant), copied to every device."""
+    value = self.new_weight(buf, shape)
+    return multi.replicate(self.w, value, buf.arg.device) if isinstance(buf.arg.device, tuple) else value
 
   def _gettuple(self, u: Any) -> str:
     fn = u.src[0]
@@ -418,10 +432,11 @@ def trace(fn: Callable, examples: Sequence[Any], name: str | None = None, input_
       raise CompileError([error(None, f"in {entry}: example input {i} ({nm}): {e}")]) from None
   wnames, found = _weight_names(weights), []
   used = set(names)
-  def new_weight(buf: Any, shape: tuple, devices: Any = None) -> str:
+  def new_weight(buf: Any, shape: tuple, devices: Any = None, axis: int | None = None) -> str:
     dtype, wanted = uopc_dtype(buf.dtype), wnames.get(buf, f"w{len(found)}")
-    if (embedded := constants.embed(buf, shape, dtype, w.let, w.dims, sites.of(buf), wanted)) is not None: return embedded
-    p = Param(len(tensors) + len(found), _unique(wanted, used), shape, dtype, devices)
+    if (embedded := constants.embed(buf, shape, dtype, w.let, w.dims, sites.of(buf), wanted, devices is not None)) is not None:
+      return embedded
+    p = Param(len(tensors) + len(found), _unique(wanted, used), shape, dtype, devices, axis)
     found.append((p, buf))
     return p.declare(w)
   conv = Converter(w, leaves, new_weight, sites)
@@ -434,10 +449,15 @@ def trace(fn: Callable, examples: Sequence[Any], name: str | None = None, input_
   outputs = []
   for i, (t, v) in enumerate(zip(outs, values)):
     nm = _unique("out" if len(outs) == 1 else f"out{i}", used)
-    p, v = _output(w, t, v, len(tensors) + len(found) + i, nm)
+    w.current = t.uop
+    try: p, v = _output(w, t, v, len(tensors) + len(found) + i, nm)
+    except RuntimeError as e: raise _located(_Unsupported(f"tinygrad cannot place output {i} on its devices: {e}", t.uop), sites, entry) from None
     w.lines.append(f"  STORE({p.declare(w)}, {v})")
     outputs.append(p)
   text = f"func {entry} {{\n" + "\n".join(w.lines) + "\n}\n"
+  if problems := multi.sharding_problems(text, entry, [w.origin.get(i) for i in range(len(w.lines))]):
+    parts = [_located(_Unsupported(message, node), sites, entry) for node, message in problems]
+    raise CompileError([d for p in parts for d in p.diagnostics], {k: v for p in parts for k, v in p.sources.items()})
   return Traced(text, inputs, found, outputs)
 
 

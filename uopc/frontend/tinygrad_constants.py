@@ -10,7 +10,8 @@ buffer as it holds it in memory: little-endian elements in row-major order.
 Invariants:
 - Exact: the embedded value is bit for bit the buffer's; nothing is converted or rounded.
 - A buffer that is not embedded stays a PARAM, and a note at the user's line that made it says why
-  (larger than `max_bytes`, no data: `Tensor.empty` or not realized, or sharded over several devices).
+  (larger than `max_bytes`, no data: `Tensor.empty` or not realized, or sharded over several devices;
+  a buffer replicated on several devices is embedded once, from its first device's copy).
 - Embedding never changes the slots of the inputs; the PARAMs after them (weights that stay PARAMs,
   then the outputs) are numbered without the embedded ones.
 """
@@ -37,11 +38,11 @@ class Constants:
     if not isinstance(self.max_bytes, int) or self.max_bytes < 0: raise ValueError(f"max_constant_bytes must be a size in bytes, got {self.max_bytes!r}")
 
   def embed(self, buf: Any, shape: tuple, dtype: str, let: Callable[[str], str], dims: Callable[[tuple], str],
-            site: tuple[str, int] | None, name: str) -> str | None:
-    """The value of the statements that embed `buf` (a tinygrad BUFFER read as `shape`), or None when it
-    stays a PARAM named `name` (with a note saying why)."""
+            site: tuple[str, int] | None, name: str, sharded: bool = False) -> str | None:
+    """The value of the statements that embed `buf` (a tinygrad BUFFER read as `shape`; `sharded`: its
+    devices hold its shards), or None when it stays a PARAM named `name` (with a note saying why)."""
     if self.mode != "embed": return None
-    data, why = buffer_data(buf)
+    data, why = buffer_data(buf, sharded)
     if data is not None and len(data) > self.max_bytes:
       data, why = None, f"its {len(data)} bytes are more than the {self.max_bytes} embedded at most (max_constant_bytes)"
     if data is None:
@@ -78,10 +79,12 @@ _SIZES = {"bool": 1, "i8": 1, "u8": 1, "i16": 2, "u16": 2, "f16": 2, "bf16": 2, 
 def _itemsize(dtype: str) -> int: return _SIZES[dtype]
 
 
-def buffer_data(buf: Any) -> tuple[bytes | None, str]:
-  """The bytes tinygrad holds for BUFFER `buf` (its memory, copied out of its device), or None and why not."""
+def buffer_data(buf: Any, sharded: bool = False) -> tuple[bytes | None, str]:
+  """The bytes tinygrad holds for BUFFER `buf` (its memory, copied out of its device; of a buffer
+  replicated on several devices, the first device's copy), or None and why not."""
   from tinygrad.uop.ops import buffers
-  if isinstance(buf.arg.device, tuple): return None, f"it is sharded over {len(buf.arg.device)} devices"
+  if sharded: return None, f"it is sharded over {len(buf.arg.device)} devices"
   b = buffers.get(buf)
+  if b is not None and isinstance(buf.arg.device, tuple): b = b.bufs[0]
   if b is None or not b.is_allocated(): return None, "tinygrad holds no data for it (Tensor.empty, or not realized)"
   return bytes(b.as_memoryview()), ""

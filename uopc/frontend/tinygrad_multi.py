@@ -46,8 +46,12 @@ def device_name(d: str) -> str:
   return d if ":" in d else f"{d}:0"
 
 
-def devices_arg(d: Any) -> str:
-  return format_arg(tuple(device_name(x) for x in d) if isinstance(d, tuple) else device_name(d))
+def device_names(d: Any) -> Any:
+  """One device or a tuple of them, as uopc writes them."""
+  return tuple(device_name(x) for x in d) if isinstance(d, tuple) else device_name(d)
+
+
+def devices_arg(d: Any) -> str: return format_arg(device_names(d))
 
 
 def is_multi(u: Any) -> bool:
@@ -153,7 +157,12 @@ def convert(conv: Any, u: Any, weak_as: str | None) -> str:
   # COPY to or from a tuple of devices
   x = conv._get(u.src[0], weak_as)
   if not isinstance(u.device, tuple): return w.let(f"COPY({x}) {{{devices_arg(u.device)}}}")
-  copies = [w.let(f"COPY({x}) {{{devices_arg(d)}}}") for d in u.device]
+  return replicate(w, x, u.device)
+
+
+def replicate(w: Any, x: str, devices: tuple) -> str:
+  """A whole copy of value `x` on each of `devices` (a MULTI without an axis)."""
+  copies = [w.let(f"COPY({x}) {{{devices_arg(d)}}}") for d in devices]
   return w.let(f"MULTI({', '.join(copies)}) {{None}}")
 
 
@@ -161,7 +170,7 @@ def _unshard(conv: Any, u: Any) -> str:
   w, k, n = conv.w, _axis(u), _count(u)
   if (buf := sharded_buffer(u)) is not None:
     shard = _ints(u.src[0].shape)
-    p = conv.new_weight(buf, layout_shape(shard, n), u.device)
+    p = conv.new_weight(buf, layout_shape(shard, n), u.device, k)
     return whole_from_layout(w.let, w.dims, p, shard, k, n)
   if (copy := _scatter_of(u)) is not None:
     v, whole, devs = conv._get(copy.src[0], None), tuple(u.shape), devices_arg(u.device)
@@ -171,3 +180,22 @@ def _unshard(conv: Any, u: Any) -> str:
     scattered = w.let(f"COPY({front}) {{{devs}}}")
     return w.let(f"PERMUTE({scattered}) {{{format_arg(tuple(order.index(i) for i in range(len(whole))))}}}")
   raise Unsupported(f"UNSHARD of {u.src[0].op.name} is not exported: only a sharded buffer or Tensor.shard of a tensor on one device")
+
+
+# ---- what uopc's multi-device lowering refuses, found at export --------------------------------------
+def sharding_problems(text: str, entry: str, origin: list) -> list[tuple[Any, str]]:
+  """(tinygrad node, message) for each statement of the exported entry `text` that uopc's multi-device
+  lowering refuses (a reshape moving elements between shards, a SHRINK of the shard axis, ...); `origin`
+  gives, per statement line after the entry's first, the tinygrad node that wrote it. Empty for an entry
+  on one device."""
+  if '", ("' not in text and "MULTI(" not in text and "COPY(" not in text: return []  # no tuple of devices
+  from uopc.frontend.parser import parse_source
+  from uopc.stages.multi_device import check_sharding, has_tuple_devices
+  module = parse_source(text, f"<export of {entry}>")
+  sink = module.entries[0].sink
+  if not has_tuple_devices(sink): return []
+  out = []
+  for d in check_sharding(sink, module.loc_of):
+    line = d.loc.line - 2 if d.loc is not None else -1
+    out.append((origin[line] if 0 <= line < len(origin) else None, f"uopc cannot run this on several devices: {d.message}"))
+  return out
