@@ -140,3 +140,26 @@ func b {{
   source = (tmp_path / "out" / "twice.c").read_text()
   assert source.count("static const unsigned char twice__data") == 1 and "aligned(64)" in source
   assert run_file(path, entry="b").arrays["o"].tolist() == [2 * v for v in range(8)]
+
+
+def test_a_constant_in_a_reusable_call_body_is_bound_at_every_call_site(tmp_path):
+  path = tmp_path / "call.uop"
+  path.write_text(f"""func f {{
+  %x = PARAM([4]) {{(0, "x")}} : f32
+  %out = PARAM([4]) {{(1, "out")}} : f32
+  %a0 = PARAM([4]) {{(0, "arg0")}} : f32
+  %b = BINARY {{{hexstr(np.array([1, 2, 3, 4], np.float32))}}}
+  %w = BITCAST(%b) : f32
+  %m = MUL(%a0, %w)
+  %t = TUPLE(%m)
+  %c1 = CALL(%t, %x)
+  %g1 = GETTUPLE(%c1) {{0}}
+  %c2 = CALL(%t, %g1)
+  %g2 = GETTUPLE(%c2) {{0}}
+  STORE(%out, %g2)
+}}
+""")
+  x = np.array([1.0, -2.0, 0.5, 3.0], np.float32)
+  for target, emulated in (("c", False), ("llvm", False), ("c", True)):
+    got = run_file(path, target=target, emulated=emulated, inputs={"x": x}).arrays["out"]
+    np.testing.assert_array_equal(got, x * np.array([1, 4, 9, 16], np.float32))
