@@ -165,3 +165,6 @@ def test_metal_launcher_binds_constant_buffers(tmp_path):
          "-I", str(sdk), "-I", str(tmp_path), str(tmp_path / "lib_launcher.m")]
   done = subprocess.run(cmd, capture_output=True, text=True)
   assert done.returncode == 0, done.stdout + done.stderr
+  if shutil.which("clang++") is not None:
+    from test_metal import metal_syntax_errors
+    assert metal_syntax_errors((tmp_path / "lib.metal").read_text()) == ""
