@@ -35,7 +35,8 @@ class Constants:
 
   def __post_init__(self):
     if self.mode not in MODES: raise ValueError(f"constants must be one of {', '.join(MODES)}, got {self.mode!r}")
-    if not isinstance(self.max_bytes, int) or self.max_bytes < 0: raise ValueError(f"max_constant_bytes must be a size in bytes, got {self.max_bytes!r}")
+    if not isinstance(self.max_bytes, int) or self.max_bytes < 0:
+      raise ValueError(f"max_constant_bytes must be a size in bytes, got {self.max_bytes!r}")
 
   def embed(self, buf: Any, shape: tuple, dtype: str, let: Callable[[str], str], dims: Callable[[tuple], str],
             site: tuple[str, int] | None, name: str, sharded: bool = False) -> str | None:
