@@ -299,22 +299,37 @@ def run(file, entry, target, inputs, variables, seed, outputs, emulate):
 @click.option("--weights", metavar="NAME", help="A model object (or {name: Tensor} dict) in FILE whose state-dict names name the weight PARAMs.")
 @click.option("--var", "var_specs", multiple=True, metavar="NAME=LO..HI",
               help="The range of a symbolic size used in --input (x=Nx768 --var N=1..128): a DEFINE_VAR of the entry.")
+@click.option("--constants", type=click.Choice(["param", "embed"]), default="param", show_default=True,
+              help="param: every buffer the function reads that is not an input is a PARAM (weights the application "
+                   "passes); embed: those whose data tinygrad holds (realized weights, tensors made from lists or numpy) "
+                   "are written into the program as BINARY data, little-endian, up to --max-constant-bytes each.")
+@click.option("--max-constant-bytes", type=click.IntRange(min=0), default=1 << 20, show_default=True, metavar="BYTES",
+              help="With --constants embed: a constant larger than this stays a PARAM (a note says so).")
 @compiler_command
-def export_cmd(target, inputs, output, name, weights, var_specs):
+def export_cmd(target, inputs, output, name, weights, var_specs, constants, max_constant_bytes):
   """Export a tinygrad function to a .uop file: FUNCTION in FILE.py is called once on empty tinygrad
   Tensors shaped by --input (nothing is computed; tinygrad records the graph) and its graph is written
   as one `func` entry. PARAM slots: the inputs in order, then the buffers the function reads that are
   not inputs (model weights: realize them in FILE.py first), then the outputs (`out`, or out0, out1...).
   Needs tinygrad 0.14 (pip install 'uopc[tinygrad]'). An op the exporter cannot write faithfully is an
-  error naming the op and the line of FILE.py that made it.
+  error naming the op and the line of FILE.py that made it. With --constants embed, the weights and
+  other constant tensors of up to --max-constant-bytes each become BINARY data in the program (the
+  library holds them: no weight arguments); larger ones stay PARAMs, each with a note.
+
+  Sharded tensors (Tensor.shard over devices such as ("CPU:0", "CPU:1")) export as a multi-device
+  program: a weight realized sharded is a PARAM on the devices, one argument per device shard; an input
+  that FUNCTION shard()s is passed whole and scattered by the program; ops keep their meaning on the whole tensor (a reduction over the shard
+  axis is an allreduce); a sharded output is written shard by shard, a replicated one (an allreduce's
+  result) once, on the first device. What uopc cannot run on several devices is refused at its line.
 
   \b
   Example:
     uopc export model.py:block -i x=64x768 -o block.uop
     uopc export model.py:block -i x=Tx768 --var T=1..1024 -o block.uop
+    uopc export model.py:mlp -i x=4x64 --constants embed -o mlp.uop
   """
   from uopc.export_cli import export_file
-  text = export_file(target, list(inputs), name, weights, list(var_specs))
+  text = export_file(target, list(inputs), name, weights, list(var_specs), constants, max_constant_bytes)
   if output: _write_atomic(Path(output), text)
   else: click.echo(text, nl=False)
 

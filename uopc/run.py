@@ -217,6 +217,8 @@ def run_emulated(module: Module, entry: Entry, target: str, args: list[Arg], arr
     workspace = np.zeros(schedule.workspace_size, np.uint8)
     for p in schedule.placements:
       slots[p.buffer.slot] = workspace[p.offset:p.offset + p.nbytes].view(np_dtype(p.buffer.dtype))
+    for b in schedule.buffers:  # embedded constant data: read-only, little-endian
+      if b.data is not None: slots[b.slot] = np.frombuffer(b.data, np_dtype(b.dtype).newbyteorder("<"))
     linears = [run_kernel_stages(kernel_stages, k, f"{entry.name}_k{i}", PrintOptions()) for i, k in enumerate(schedule.kernels)]
     # a launch binds the kernel's slots to the program's buffers (a CALL body's kernel runs at each call site)
     runs = [(linears[ln.kernel], {s: slots[b.slot] for s, b in ln.binds}) for ln in schedule.launches]

@@ -16,7 +16,7 @@ from uopc.diagnostics import Diagnostic, Loc, error
 from uopc.dtype import AddrSpace, DType, PtrDType, dtypes, truncate
 from uopc.module import Module
 from uopc.ops import AxisType, GroupOp, Ops
-from uopc.uop import UOp, shape_values
+from uopc.uop import UOp, is_data_view, shape_values
 from uopc.verify_multi import check_allreduce, check_mselect, check_multi, check_replicated
 from uopc.stages.tensor_cores import ASYNC, LDMATRIX
 
@@ -263,6 +263,9 @@ def _check_bitcast(u: UOp) -> Iterator[str]:
   src = u.src[0].dtype
   if not _is_value(u.dtype): yield f"BITCAST target must be a value dtype, got {u.dtype}"
   elif not _is_value(src): yield f"BITCAST source must be a value, got {src}"
+  elif is_data_view(u):
+    if len(u.src[0].arg) % u.dtype.itemsize:
+      yield f"BITCAST of {len(u.src[0].arg)} bytes of BINARY data to {u.dtype}: not a whole number of {u.dtype.itemsize}-byte elements"
   elif src.itemsize != u.dtype.itemsize:
     yield f"BITCAST from {src} ({src.itemsize} bytes) to {u.dtype} ({u.dtype.itemsize} bytes) must keep the size"
 

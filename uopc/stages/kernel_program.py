@@ -20,11 +20,17 @@ class BufferInfo:
   slot: int
   is_arg: bool
   device: Any = None  # the device it lives on (a multi-device program's buffers are each on one)
+  data: bytes | None = None  # constant data (a BINARY, or a BITCAST view of one): read-only, embedded in the library
 
 
 def format_shape(shape: tuple[sint, ...]) -> str:
   """`[4, n]`: known sizes as numbers, a DEFINE_VAR by its name, other symbolic sizes as `?`."""
   return "[" + ", ".join(str(d) if isinstance(d, int) else d.arg[0] if d.op is Ops.DEFINE_VAR else "?" for d in shape) + "]"
+
+
+def _kind(b: BufferInfo) -> str:
+  if b.data is not None: return f"constant ({len(b.data)} bytes, embedded)"
+  return "argument" if b.is_arg else "intermediate"
 
 
 @dataclass(frozen=True)
@@ -53,14 +59,14 @@ class KernelProgram:
 
   def buffer(self, name: str) -> BufferInfo: return next(b for b in self.buffers if b.name == name)
   @property
-  def intermediates(self) -> tuple[BufferInfo, ...]: return tuple(b for b in self.buffers if not b.is_arg)
+  def intermediates(self) -> tuple[BufferInfo, ...]: return tuple(b for b in self.buffers if not b.is_arg and b.data is None)
 
   def format(self) -> str:
     """The kernel split, for `--print-after rangeify`: the buffers, then each kernel's IR."""
     from uopc.frontend import print_uops
     multi = len({b.device for b in self.buffers}) > 1  # a multi-device program: say where each thing is
     lines = [f"# {len(self.kernels)} kernel(s), {len(self.launches)} launch(es)"]
-    lines += [f"# slot {b.slot} {b.name}: {b.dtype}{format_shape(b.shape)} {'argument' if b.is_arg else 'intermediate'}"
+    lines += [f"# slot {b.slot} {b.name}: {b.dtype}{format_shape(b.shape)} {_kind(b)}"
               + (f" on {b.device}" if multi else "") for b in self.buffers]
     lines += [f"# launch {i}: kernel {ln.kernel}(" + ", ".join(f"{s}={b.name}" for s, b in ln.binds) + ")" + (ln.describe() if multi else "")
               for i, ln in enumerate(self.launches)]

@@ -41,6 +41,11 @@
    nothing orders them otherwise (`x = x + 1` then `y = x * x` on the x of entry runs y's kernel
    first, with no copy).
 
+Constant data (a BINARY, or `BITCAST(BINARY) : T`, its bytes as little-endian elements of T) is a
+read-only buffer of the program (`BufferInfo.data`), one per distinct data and dtype, declared when a
+kernel first reads it; kernels load it like any buffer, and the launcher binds it to the data it embeds
+(`uopc.embedded_data`). It is never an argument, an intermediate or written.
+
 An opaque CALL (kept by Callify) is a reusable kernel: its body is rangeified once, as a program of
 its own whose PARAM k is formal k and whose PARAMs after the last formal are its results, and every
 call site launches those kernels with that site's buffers: its arguments (realized into buffers),
@@ -65,7 +70,7 @@ from uopc.stages.fusion_cost import elementwise_cost, repeats_expensive_work
 from uopc.stages.kernel_program import BufferInfo, KernelProgram, Launch
 from uopc.stages.reduce_collapse import collapse
 from uopc.symbolic import simplify
-from uopc.uop import UOp, shape_values, sint
+from uopc.uop import UOp, is_data_view, shape_values, sint
 
 # ---- index arithmetic (built plainly; `symbolic.simplify` folds each finished kernel) ---------------
 
@@ -258,7 +263,9 @@ class _Kernel:
     return UOp(Ops.LOAD, buf.dtype, (at, UOp.const(buf.dtype, _identity(Ops.ADD, buf.dtype)), valid))
 
   def lower(self, u: UOp, idx: tuple[UOp, ...], valid: UOp | None) -> UOp:
-    """The scalar value of tensor `u` at `idx` (loads gated by `valid`), reading realized values."""
+    """The scalar value of tensor `u` at `idx` (loads gated by `valid`), reading realized values and
+    constant data."""
+    if _is_constant(u): return self.load(self.program.constant(u), idx, valid)
     if u in self.program.buffer_of: return self.load(self.program.read(u, None), idx, valid)
     return self.define(u, idx, valid)
 
@@ -388,6 +395,11 @@ def split_full_reductions(sink: UOp) -> UOp:
 # ---- the program --------------------------------------------------------------------------------------
 
 
+def _is_constant(u: UOp) -> bool:
+  """Constant data: a BINARY (u8 elements) or a BITCAST view of one (its bytes as wider elements)."""
+  return u.op is Ops.BINARY or is_data_view(u)
+
+
 def _strip_after(u: UOp) -> UOp:
   while u.op is Ops.AFTER: u = u.src[0]
   return u
@@ -469,6 +481,7 @@ class _Rangeify:
     self.fused_in: dict[UOp, _Kernel] = {}
     self.buffers: dict[str, BufferInfo] = {}
     self.buffer_of: dict[UOp, BufferInfo] = {}
+    self.constants: dict[tuple[bytes, DType], BufferInfo] = {}  # (data, dtype) -> its read-only buffer
     self.kernels: list[UOp] = []
     self.call_results: dict[UOp, list[BufferInfo]] = {}
     self.callees: dict[UOp, tuple[int, KernelProgram]] = {}
@@ -506,7 +519,8 @@ class _Rangeify:
     first, body = self.callee(c.src[0], len(args))
     site = dict(enumerate(args))
     for b in body.buffers:
-      if b.slot not in site: site[b.slot] = self.declare(self.fresh_name(), b.dtype, b.shape)
+      if b.slot in site: continue
+      site[b.slot] = self.constant_buffer(b.data, b.dtype, b.shape) if b.data is not None else self.declare(self.fresh_name(), b.dtype, b.shape)
     self.launches += [Launch(first + ln.kernel, tuple((s, site[b.slot]) for s, b in ln.binds)) for ln in body.launches]
     self.call_results[c] = [site[len(args) + i] for i in range(len(c.src[0].src))]
 
@@ -537,17 +551,27 @@ class _Rangeify:
       self.kernels += self.callees[body][1].kernels
     return self.callees[body]
 
-  def declare(self, name: str, dtype: DType, shape, slot: int | None = None, device=None) -> BufferInfo:
-    """An entry argument (at its slot) or an intermediate (at the next free slot), on `device`."""
+  def declare(self, name: str, dtype: DType, shape, slot: int | None = None, device=None, data: bytes | None = None) -> BufferInfo:
+    """An entry argument (at its slot), or an intermediate or constant (at the next free slot), on `device`."""
     if name in self.buffers: raise CompileError([error(None, f"two different buffers are named '{name}'")])
     if slot is None: slot, self.next_slot = self.next_slot, self.next_slot + 1
-    self.buffers[name] = self.by_slot[slot] = BufferInfo(name, dtype, shape, slot, slot < self.first_temp_slot, device)
+    self.buffers[name] = self.by_slot[slot] = BufferInfo(name, dtype, shape, slot, slot < self.first_temp_slot, device, data)
     return self.buffers[name]
 
-  def fresh_name(self) -> str:
+  def constant(self, u: UOp) -> BufferInfo:
+    """The read-only buffer of constant data `u` (one per distinct data and dtype), declared at first use."""
+    data = u.arg if u.op is Ops.BINARY else u.src[0].arg
+    return self.constant_buffer(data, u.dtype, u.shape)
+
+  def constant_buffer(self, data: bytes, dtype: DType, shape) -> BufferInfo:
+    key = (data, dtype)
+    if key not in self.constants: self.constants[key] = self.declare(self.fresh_name("const"), dtype, shape, data=data)
+    return self.constants[key]
+
+  def fresh_name(self, stem: str = "tmp") -> str:
     n = len(self.buffers)
-    while f"tmp{n}" in self.buffers: n += 1
-    return f"tmp{n}"
+    while f"{stem}{n}" in self.buffers: n += 1
+    return f"{stem}{n}"
 
   def store_kernel(self, st: UOp) -> None:
     target = _strip_after(st.src[0])

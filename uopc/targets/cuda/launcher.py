@@ -23,11 +23,12 @@ from __future__ import annotations
 
 from typing import Sequence
 
+from uopc.embedded_data import c_arrays, data_table, slot_data
 from uopc.launcher import (EntryArg, EntryKernels, header_file, launched, arg_checks, c_identifier, c_param, c_string, entry_accessors, entry_notes,
                            entry_args, strerror_function)
 from uopc.targets.cuda import multi_device
 from uopc.targets.geometry import launch_block
-from uopc.targets.gpu_launcher import entry_launches, launcher_source
+from uopc.targets.gpu_launcher import data_of, entry_launches, launcher_source
 
 CUDA_STATUS = (("UOPC_CUDA_ERR_NO_DRIVER", 100, "libcuda.so.1 (the CUDA driver) or one of its functions was not found"),
                ("UOPC_CUDA_ERR_NO_CONTEXT", 101, "the calling thread has no current CUDA context"),
@@ -99,10 +100,36 @@ def _image(prefix: str, image: bytes) -> str:
   return f"static const unsigned char {prefix}__image[] __attribute__((aligned(16))) = {{\n  " + ",\n  ".join(rows) + "\n};"
 
 
-def _runtime(prefix: str, image: bytes, kernels: list[str], multi: bool = False, single: bool = True) -> str:
-  """The embedded image and the driver loader; `multi`/`single`: whether entries on several devices / on one exist."""
+DATA_FUNCTIONS = (  # loaded only by libraries with constant data, which they copy to each context
+  ("MemAlloc", "cuMemAlloc_v2", "CUresult (*{})(CUdeviceptr*, size_t)"),
+  ("MemcpyHtoD", "cuMemcpyHtoD_v2", "CUresult (*{})(CUdeviceptr, const void*, size_t)"),
+)
+
+
+def _data(p: str, table: Sequence[bytes]) -> tuple[str, str]:
+  """The constant data and its device copies per context (declarations), and the statements of
+  `load_module(c)` that copy it there: it lives as long as the module, for the library's lifetime."""
+  if not table: return "", ""
+  decls = f"""{c_arrays(p, table, tables=True)}
+enum {{ {p}__NUM_DATA = {len(table)} }};
+{data_of(p, f"{p}__functions", "CUdeviceptr")}
+"""
+  load = f"""  for (int i = 0; i < {p}__NUM_DATA; i++) {{  /* the constant data, once per context */
+    err = {p}__cu.MemAlloc(&{p}__device_data[c][i], {p}__data_sizes[i]);
+    if (err == 0) err = {p}__cu.MemcpyHtoD({p}__device_data[c][i], {p}__datas[i], {p}__data_sizes[i]);
+    if (err != 0) return err == {CUDA_ERROR_OUT_OF_MEMORY} ? UOPC_ERR_NO_MEMORY : UOPC_CUDA_ERR_DRIVER + err;
+  }}
+"""
+  return decls, load
+
+
+def _runtime(prefix: str, image: bytes, kernels: list[str], multi: bool = False, single: bool = True,
+             table: Sequence[bytes] = ()) -> str:
+  """The embedded image and the driver loader; `multi`/`single`: whether entries on several devices / on one exist;
+  `table`: the library's constant data."""
   p = prefix
-  functions = _DRIVER_FUNCTIONS + (multi_device.DRIVER_FUNCTIONS if multi else ())
+  functions = _DRIVER_FUNCTIONS + (multi_device.DRIVER_FUNCTIONS if multi else ()) + (DATA_FUNCTIONS if table else ())
+  data_decls, data_load = _data(p, table)
   fields = "\n".join(f"  {sig.format(field)};" for field, _, sig in functions)
   loads = "\n".join(f'  *(void**)&{p}__cu.{field} = dlsym(lib, "{symbol}");' for field, symbol, _ in functions)
   all_loaded = " && ".join(f"{p}__cu.{field}" for field, _, _ in functions)
@@ -126,7 +153,7 @@ static pthread_mutex_t {p}__module_lock = PTHREAD_MUTEX_INITIALIZER;
 static CUcontext {p}__contexts[{p}__MAX_CONTEXTS];
 static CUfunction {p}__functions[{p}__MAX_CONTEXTS][{p}__NUM_KERNELS];
 static int {p}__num_contexts;
-
+{data_decls}
 static void {p}__load_cuda(void) {{
   void* lib = dlopen("libcuda.so.1", RTLD_NOW | RTLD_LOCAL);
   if (lib == NULL) return;
@@ -143,7 +170,7 @@ static int {p}__load_module(int c) {{
     err = {p}__cu.ModuleGetFunction(&{p}__functions[c][k], module, {p}__kernel_names[k]);
     if (err != 0) return UOPC_CUDA_ERR_DRIVER + err;
   }}
-  return UOPC_OK;
+{data_load}  return UOPC_OK;
 }}
 
 /* the functions of context `ctx`, loading the module there at first use */
@@ -175,14 +202,21 @@ static int {p}__launch(CUfunction fn, const int64_t grid[3], const int64_t block
 }}"""
 
 
-def _multi_wrapper(prefix: str, entry: EntryKernels, first: int) -> str:
+def _data_local(prefix: str) -> str:
+  """A launch's local for constant data k: its copy in the context whose functions the launch uses."""
+  return f"CUdeviceptr c{{i}} = {prefix}__data_of(functions)[{{k}}];"
+
+
+def _multi_wrapper(prefix: str, entry: EntryKernels, first: int, table: Sequence[bytes]) -> str:
   args = entry_args(entry)
   by_key = {(a.kind, a.key): a for a in args}
   offsets = dict(entry.workspace.offsets) if entry.workspace else {}
+  datas = slot_data(entry, table)
   runs = launched(entry)
   def lines(i: int) -> list[str]:
     k, kernel = runs[i]
-    return launch_block(prefix, first + k, kernel, by_key, offsets, "CUdeviceptr ws{i} = workspace + {offset};", "break", "    ")
+    return launch_block(prefix, first + k, kernel, by_key, offsets, "CUdeviceptr ws{i} = workspace + {offset};", "break", "    ",
+                        datas, _data_local(prefix))
   return multi_device.wrapper(prefix, entry, args, _prototype(prefix, entry, args), arg_checks(args), lines)
 
 
@@ -199,11 +233,12 @@ static int {p}__functions_of_context(CUfunction** out) {{
 }}"""
 
 
-def _wrapper(prefix: str, entry: EntryKernels, first: int) -> str:
-  if multi_device.entry_devices(entry): return _multi_wrapper(prefix, entry, first)
+def _wrapper(prefix: str, entry: EntryKernels, first: int, table: Sequence[bytes]) -> str:
+  if multi_device.entry_devices(entry): return _multi_wrapper(prefix, entry, first, table)
   args = entry_args(entry)
   # the launches sit inside a do-while: a failed one breaks out, so that the workspace is still freed
-  launches = entry_launches(prefix, entry, args, first, "CUdeviceptr ws{i} = workspace + {offset};", "break", "    ")
+  launches = entry_launches(prefix, entry, args, first, "CUdeviceptr ws{i} = workspace + {offset};", "break", "    ",
+                            table, _data_local(prefix))
   alloc, free = [], []
   if entry.workspace is not None:
     alloc = ["  CUdeviceptr workspace = 0;",
@@ -237,6 +272,7 @@ def render_source(name: str, entries: Sequence[EntryKernels], image: bytes) -> s
   kernels = [k.name for e in entries for k in e.kernels]
   multi = any(multi_device.entry_devices(e) for e in entries)
   single = not all(multi_device.entry_devices(e) for e in entries)
-  runtime = _runtime(prefix, image, kernels, multi, single) + ("\n\n" + multi_device.runtime(prefix) if multi else "")
+  table = data_table(entries)
+  runtime = _runtime(prefix, image, kernels, multi, single, table) + ("\n\n" + multi_device.runtime(prefix) if multi else "")
   return launcher_source(name, f"{name}_cuda.c", entries, render_header(name, entries), runtime,
-                         lambda e, first: _wrapper(prefix, e, first), _accessors(prefix, len(entries)))
+                         lambda e, first: _wrapper(prefix, e, first, table), _accessors(prefix, len(entries)))
