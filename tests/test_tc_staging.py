@@ -30,8 +30,8 @@ def test_heuristic_tensor_core_gemm_stages_both_operands():
   schedule = _staged(gemm_relu(128, 64, 128, "f16"))
   nodes = schedule.sink.toposort()
   tiles = [u for u in nodes if u.op is Ops.BUFFER and u.dtype.addrspace is AddrSpace.LOCAL]
-  # 3 stages of a: 64 rows (2 warps x 32) x 32 k (2 steps of 16), pitch 40; of b: 32 k x 128 columns (4 warps x 32), pitch 136
-  assert sorted(t.dtype.size for t in tiles) == [3 * 64 * 40, 3 * 32 * 136]
+  # 3 stages of a: 64 rows (2 warps x 32) x 32 k (2 steps of 16); of b: 32 k x 128 columns (4 warps x 32); swizzled, unpadded
+  assert sorted(t.dtype.size for t in tiles) == [3 * 64 * 32, 3 * 32 * 128]
   waits = [u for u in nodes if u.op is Ops.BARRIER]
   copies = [u for u in nodes if u.op is Ops.STORE and u.arg == ASYNC]
   # prologue: stages 0 and 1 (a: 1 copy a thread, b: 2); in the loop, one stage ahead; the wait leaves the next stage's 3 in flight
@@ -40,7 +40,7 @@ def test_heuristic_tensor_core_gemm_stages_both_operands():
   frag = {s for u in nodes if u.op is Ops.WMMA for s in u.src[:2]}
   # each fragment one warp-wide matrix load from its tile: LOAD(INDEX(AFTER(tile, barrier))), a's plain, b's transposed
   assert all(x.op is Ops.LOAD and x.arg[0] == LDMATRIX and x.src[0].src[0].src[0] in tiles for x in frag)
-  a_tile = next(t for t in tiles if t.dtype.size == 3 * 64 * 40)
+  a_tile = next(t for t in tiles if t.dtype.size == 3 * 64 * 32)
   assert {x.arg[1] for x in frag if x.src[0].src[0].src[0] is a_tile} == {False} and {x.arg[1] for x in frag if x.src[0].src[0].src[0] is not a_tile} == {True}
 
 
@@ -106,7 +106,8 @@ def test_large_gemms_get_64x64_warp_tiles_and_2x2_warps():
   from uopc.stages.optimize import format_axes
   assert format_axes(sink) == "g16 l2 g16 l2 R2 w32"  # 4 x 8 tiles of 16 x 8 per warp, 2 x 2 warps: 128 x 128 per workgroup
   assert sum(u.op is Ops.WMMA for u in sink.toposort()) == 64
-  assert [u.arg for u in sink.toposort() if u.op is Ops.BARRIER] == [(ASYNC, 0)]  # 2 stages of 128 x 128 fit in 48 KiB
+  # 3 stages of 128 x 32 + 32 x 128 halves fill the 48 KiB; a thread copies 4 + 4 16-byte chunks per stage
+  assert [u.arg for u in sink.toposort() if u.op is Ops.BARRIER] == [(ASYNC, 8)]
 
 
 def test_emulator_reports_reads_of_copies_not_waited_for(tmp_path, monkeypatch):

@@ -20,8 +20,11 @@ How the tile is found, from the IR alone (no knowledge of how TC built it):
   R x C box (rows r < R at r * S, columns c < C); the tile is that box, and each fragment address is
   split term by term into its row and its column (a coefficient that S divides is a row term), the
   split checked against the numeric offsets for every thread;
-- the LOCAL tile is R rows of pitch C + V elements (V: the elements of a 16-byte vector): the pad
-  keeps a warp's fragment reads of consecutive rows in different banks.
+- the LOCAL tile is R rows of C elements whose 16-byte chunks are swizzled (`_Layout`; rows padded by
+  one chunk where they cannot be), so that a warp's reads of 8 consecutive rows hit different banks;
+  it has up to 3 stages (iterations in flight, as many as fit 48 KiB): each iteration starts the
+  asynchronous copies of a later one, then waits for its own, and its fragments are warp-wide matrix
+  loads (ldmatrix) where their layout allows, else 32-bit or 16-bit reads.
 
 Invariants: the staged kernel reads exactly the values the unstaged one read (the box is dense, so it
 holds no element outside what the fragments read, and every copy is in bounds); a kernel this cannot
@@ -148,6 +151,27 @@ def _plan(op: _Operand, threads: list[UOp]) -> tuple | None:
   return block, s, rows, cols, v, splits
 
 
+class _Layout:
+  """Where element (row, col) of one stage of a tile lives in its LOCAL buffer. Rows of 16-byte chunks
+  (`v` elements) in a power-of-two number are swizzled: chunk c of row r is stored at chunk c XOR f(r),
+  f spreading any 8 consecutive rows over the 8 chunk positions of a 128-byte line, so that an ldmatrix
+  (8 rows of one chunk) or a copy hits every bank once, with no padding. Other rows are padded by one
+  chunk (pitch cols + v) instead."""
+
+  def __init__(self, cols: int, v: int, itemsize: int):
+    chunks = cols // v
+    self.v, self.chunks = v, chunks
+    self.swizzled = v * itemsize == 16 and cols % v == 0 and chunks & (chunks - 1) == 0
+    self.pitch = cols if self.swizzled else cols + v
+
+  def at(self, row: UOp, col: UOp) -> UOp:
+    line = row.alu(Ops.MUL, _idx(self.pitch))
+    if not self.swizzled: return line.alu(Ops.ADD, col)
+    f = row.alu(Ops.IDIV, _idx(max(1, 8 // self.chunks))).alu(Ops.MOD, _idx(min(8, self.chunks)))
+    chunk = col.alu(Ops.IDIV, _idx(self.v)).alu(Ops.XOR, f)
+    return line.alu(Ops.ADD, chunk.alu(Ops.MUL, _idx(self.v))).alu(Ops.ADD, col.alu(Ops.MOD, _idx(self.v)))
+
+
 def _build(form: Form) -> UOp:
   out = _idx(form.get(None, 0))
   for a, c in form.items():
@@ -176,7 +200,7 @@ def _matrix_load(stack: UOp, where: dict, lane: UOp) -> UOp | None:
   ws = [where[ld] for ld in stack.src]
   n = len(ws)
   if n not in (4, 8) or any(w[0] is not ws[0][0] for w in ws): return None
-  tile, pitch = ws[0][0], ws[0][1]
+  tile, layout = ws[0][0], ws[0][1]
   bases, trans = [], None
   for j in range(n // 2):
     (row, rg, rt), (col, cg, ct) = _lane_atoms(ws[2 * j][2], lane), _lane_atoms(ws[2 * j][3], lane)
@@ -192,7 +216,7 @@ def _matrix_load(stack: UOp, where: dict, lane: UOp) -> UOp | None:
   deltas = [(delta(j, 0), delta(j, 1)) for j in range(n // 2)]
   if any(None in d for d in deltas) or (n == 8 and deltas[3] != (deltas[1][0] + deltas[2][0], deltas[1][1] + deltas[2][1])): return None
   row0, col0 = bases[0]
-  if pitch % 8 or any(c % 8 for c in col0.values()) or any(d[1] % 8 for d in deltas): return None  # 16-byte rows
+  if layout.pitch % 8 or any(c % 8 for c in col0.values()) or any(d[1] % 8 for d in deltas): return None  # 16-byte rows
   def idx(v: int) -> UOp: return _idx(v)
   bit0 = lane.alu(Ops.IDIV, idx(8)).alu(Ops.MOD, idx(2))
   row = _build(row0).alu(Ops.ADD, lane.alu(Ops.MOD, idx(8))).alu(Ops.ADD, bit0.alu(Ops.MUL, idx(deltas[1][0])))
@@ -200,14 +224,14 @@ def _matrix_load(stack: UOp, where: dict, lane: UOp) -> UOp | None:
   if n == 8:
     bit1 = lane.alu(Ops.IDIV, idx(16))
     row, col = row.alu(Ops.ADD, bit1.alu(Ops.MUL, idx(deltas[2][0]))), col.alu(Ops.ADD, bit1.alu(Ops.MUL, idx(deltas[2][1])))
-  at = simplify(ws[0][5].alu(Ops.ADD, row.alu(Ops.MUL, idx(pitch))).alu(Ops.ADD, col))
+  at = simplify(ws[0][5].alu(Ops.ADD, layout.at(row, col)))
   return UOp(Ops.LOAD, stack.dtype, (UOp(Ops.INDEX, tile.dtype, (tile, at)),), (LDMATRIX, trans))
 
 
 def _fragment(stack: UOp, where: dict) -> UOp:
   """A fragment STACK read from the LOCAL tiles: two lanes at consecutive columns of one row, the first
   at an even element, as one 2-lane LOAD (one 32-bit shared-memory read)."""
-  def at(w) -> UOp: return simplify(w[5].alu(Ops.ADD, _build(w[2]).alu(Ops.MUL, _idx(w[1]))).alu(Ops.ADD, _build(w[3])))
+  def at(w) -> UOp: return simplify(w[5].alu(Ops.ADD, w[1].at(_build(w[2]), _build(w[3]))))
   lanes, i, lds = [], 0, stack.src
   while i < len(lds):
     w = where[lds[i]]
@@ -249,25 +273,26 @@ def stage_operands(sink: UOp, trace=None) -> UOp:
   tid = simplify(tid)
   slot = 1 + max((u.arg[0] for u in sink.toposort() if u.op is Ops.BUFFER and isinstance(u.arg, tuple)), default=-1)
   trips = k.src[0].arg
-  tile_bytes = sum(p[2] * (p[3] + p[4]) * op.buf.dtype.base.itemsize for op, p in plans)
+  layouts = [_Layout(p[3], p[4], op.buf.dtype.base.itemsize) for op, p in plans]
+  tile_bytes = sum(p[2] * lay.pitch * op.buf.dtype.base.itemsize for (op, p), lay in zip(plans, layouts))
   stages = next((n for n in STAGES if n * tile_bytes <= MAX_LOCAL_BYTES and n - 1 <= trips), 0)
   if not stages or any((p[2] * p[3] // p[4]) % count for _, p in plans): return sink
   per_stage = sum(p[2] * p[3] // p[4] // count for _, p in plans)  # async copies a thread issues per stage
   tiles = []
-  for n, (op, (block, s, rows, cols, v, splits)) in enumerate(plans):
-    pitch, dt, size = cols + v, op.buf.dtype.base, rows * (cols + v)
+  for n, ((op, (block, s, rows, cols, v, splits)), layout) in enumerate(zip(plans, layouts)):
+    dt, size = op.buf.dtype.base, rows * layout.pitch
     local = UOp(Ops.BUFFER, dt.ptr(AddrSpace.LOCAL, stages * size), (), (slot + n, f"tile{slot + n}"))
     origin, vdt = _build(block), dt.vec(v) if v > 1 else dt
-    def copy(it: int, at_k: UOp, stage: UOp, into: UOp, origin=origin, s=s, cols=cols, v=v, vdt=vdt, buf=op.buf, pitch=pitch, size=size) -> UOp:
+    def copy(it: int, at_k: UOp, stage: UOp, into: UOp, origin=origin, s=s, cols=cols, v=v, vdt=vdt, buf=op.buf, layout=layout, size=size) -> UOp:
       """The it-th 16-byte copy this thread issues: of iteration at_k's tile into `stage` of the LOCAL buffer
       `into` (the defaults bind this operand's values)."""
       flat = tid.alu(Ops.ADD, _idx(it * count))
       r, c = flat.alu(Ops.IDIV, _idx(cols // v)), flat.alu(Ops.MOD, _idx(cols // v)).alu(Ops.MUL, _idx(v))
       src = simplify(substitute(origin, {k: at_k}).alu(Ops.ADD, r.alu(Ops.MUL, _idx(s))).alu(Ops.ADD, c))
-      dst = simplify(stage.alu(Ops.MUL, _idx(size)).alu(Ops.ADD, r.alu(Ops.MUL, _idx(pitch))).alu(Ops.ADD, c))
+      dst = simplify(stage.alu(Ops.MUL, _idx(size)).alu(Ops.ADD, layout.at(r, c)))
       value = UOp(Ops.LOAD, vdt, (UOp(Ops.INDEX, buf.dtype, (buf, src)),))
       return UOp(Ops.STORE, dtypes.void, (UOp(Ops.INDEX, into.dtype, (into, dst)), value), ASYNC)
-    tiles.append((op, local, pitch, size, splits, rows * cols // v // count, copy))
+    tiles.append((op, local, layout, size, splits, rows * cols // v // count, copy))
   # the first stages - 1 iterations' copies, stage by stage (a wait counts the copies started after it)
   prologue = [copy(it, _idx(st), _idx(st), local) for st in range(stages - 1) for _, local, _, _, _, iters, copy in tiles for it in range(iters)]
   # iteration k: wait for its own copies (the later stages' may still fly) and for every thread's, read
@@ -280,12 +305,12 @@ def stage_operands(sink: UOp, trace=None) -> UOp:
   fetches = [copy(it, later, ahead.alu(Ops.MOD, _idx(stages)), UOp(Ops.AFTER, local.dtype, (local, wait)))
              for _, local, _, _, _, iters, copy in tiles for it in range(iters)]
   started = UOp(Ops.GROUP, dtypes.void, tuple(fetches))
-  where = {}  # fragment LOAD -> (LOCAL tile after the wait, pitch, row form, column form, even address, stage base)
-  for op, local, pitch, size, splits, iters, copy in tiles:
+  where = {}  # fragment LOAD -> (LOCAL tile after the wait, its _Layout, row form, column form, even address, stage base)
+  for op, local, layout, size, splits, iters, copy in tiles:
     # the fragments are read after the next copies started, so that those overlap this iteration's math
     synced = UOp(Ops.AFTER, local.dtype, (local, wait, started))
     base = stage_now.alu(Ops.MUL, _idx(size))
-    for ld, split in zip(op.loads, splits): where[ld] = (synced, pitch) + split + (base,)
+    for ld, split in zip(op.loads, splits): where[ld] = (synced, layout) + split + (base,)
   lane = next(r for r in threads if r.arg[1] is AxisType.WARP)
   body = substitute(end.src[0], {st: _matrix_load(st, where, lane) or _fragment(st, where) for w in wmmas for st in w.src[:2]})
   new_end = UOp(Ops.END, dtypes.void, (UOp(Ops.GROUP, dtypes.void, (body, started)),) + end.src[1:])
