@@ -121,3 +121,20 @@ def test_emulator_reports_reads_of_copies_not_waited_for(tmp_path, monkeypatch):
   monkeypatch.setattr(tc_staging, "stage_operands", no_wait)
   with pytest.raises(Exception, match="which an asynchronous copy has not been waited for"):
     emulated(tmp_path, monkeypatch, gemm_relu(64, 64, 64, "f16"), inputs(64, 64, 64, "f16"), None)
+
+
+@pytest.mark.parametrize("cols", [8, 16, 32, 64, 128, 256, 24])
+def test_tile_layout_is_a_bijection_and_8_rows_of_a_chunk_hit_8_bank_groups(cols):
+  from uopc.dtype import dtypes
+  from uopc.ops import AxisType
+  from uopc.stages.tc_staging import _Layout, _value
+  from uopc.uop import UOp
+  lay, rows = _Layout(cols, 8, 2), 16
+  r, c = (UOp(Ops.RANGE, dtypes.index, (UOp.const(dtypes.index, n),), (i, AxisType.LOOP)) for i, n in enumerate((rows, cols)))
+  at = lay.at(r, c)
+  places = {(i, j): _value(at, {r: i, c: j}) for i in range(rows) for j in range(cols)}
+  assert sorted(places.values()) == [i * lay.pitch + j for i in range(rows) for j in range(cols)] if lay.swizzled else len(set(places.values())) == rows * cols
+  assert lay.swizzled == (cols != 24)
+  for r0 in range(rows - 7):
+    for j in range(0, cols, 8):  # 16-byte chunks of f16: bank group = (byte address // 16) % 8
+      assert len({places[(r0 + i, j)] * 2 // 16 % 8 for i in range(8)}) == 8
