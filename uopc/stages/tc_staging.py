@@ -75,6 +75,7 @@ def _value(u: UOp, env: dict) -> int:
   if u.op is Ops.MUL: return a * b
   if u.op is Ops.IDIV: return a // b
   if u.op is Ops.MOD: return a % b
+  if u.op is Ops.XOR: return a ^ b
   raise ValueError(u.op)
 
 
