@@ -240,7 +240,8 @@ class _Emulator:
     self.active = np.ones(self.T, bool)
     self.stack: list[_Block] = []
     self.barrier_epoch = 0
-    self.in_flight: list = []  # asynchronous copies to LOCAL memory not yet waited for, in the order they started
+    self.in_flight: list = []   # committed groups of asynchronous copies to LOCAL memory not yet waited for, oldest first
+    self.open_group: list = []  # copies started since the last commit
     pc = 0
     while pc < len(self.prog):
       pc = self._step(pc, self.prog[pc])
@@ -416,9 +417,10 @@ class _Emulator:
     if mem.space is AddrSpace.LOCAL: self._track_local_write(u, mem, lanes, cells)
     if mem.space is AddrSpace.REG: mem.data[lanes[:, None], cells] = vals
     else: mem.data[cells] = vals
-    if u.arg == ASYNC:  # in flight until a BARRIER (ASYNC, n) leaves at most n later copies of each thread in flight
+    if isinstance(u.arg, tuple) and u.arg[:1] == (ASYNC,):  # in flight until a BARRIER (ASYNC, n) with n later groups
       mem.pending[cells] = True
-      self.in_flight.append((mem, cells))
+      self.open_group.append((mem, cells))
+      if u.arg[1]: self.in_flight, self.open_group = self.in_flight + [self.open_group], []
     return None
 
   def _check_local_read(self, u, mem: _Memory, lanes: np.ndarray, cells: np.ndarray) -> None:
@@ -456,7 +458,7 @@ class _Emulator:
       raise self.fail(u, "BARRIER reached by only some threads of the workgroup (inside divergent control flow)")
     if isinstance(u.arg, tuple) and u.arg[:1] == (ASYNC,):
       done, self.in_flight = self.in_flight[:len(self.in_flight) - u.arg[1]], self.in_flight[len(self.in_flight) - u.arg[1]:]
-      for mem, cells in done: mem.pending[cells] = False
+      for mem, cells in (x for group in done for x in group): mem.pending[cells] = False
     self.barrier_epoch += 1
     return None
 

@@ -381,16 +381,19 @@ def _check_store(u: UOp) -> Iterator[str]:
     yield f"STORE value shape {_fmt(val.shape)} differs from the buffer's shape {_fmt(dst.shape)}"
   if len(u.src) == 3: yield from _check_gate(u, u.src[2])
   if u.arg is not None:
-    if u.arg != ASYNC: yield f"STORE arg must be {ASYNC!r} (an asynchronous copy) or none, got {u.arg!r}"
+    if not (isinstance(u.arg, tuple) and len(u.arg) == 2 and u.arg[0] == ASYNC and isinstance(u.arg[1], bool)):
+      yield f"STORE arg must be ({ASYNC!r}, commit) (an asynchronous copy) or none, got {u.arg!r}"
     elif not (dst.dtype.is_ptr() and dst.dtype.addrspace is AddrSpace.LOCAL and val.op is Ops.LOAD and val.src[0].dtype.is_ptr()
               and val.src[0].dtype.addrspace is AddrSpace.GLOBAL and val.dtype.scalar.itemsize * val.dtype.count in (4, 8, 16)):
       yield "an asynchronous STORE copies 4, 8 or 16 bytes LOADed from GLOBAL memory into LOCAL memory"
+    elif len(val.src) == 3 and not all(x.op is Ops.CONST and x.arg == 0 for x in (val.src[1].src if val.src[1].op is Ops.STACK else (val.src[1],))):
+      yield "a gated asynchronous copy fills zeros: its LOAD's alternative must be 0"
 
 
 def _check_barrier(u: UOp) -> Iterator[str]:
   a = u.arg
   if a is not None and not (isinstance(a, tuple) and len(a) == 2 and a[0] == ASYNC and isinstance(a[1], int) and a[1] >= 0):
-    yield f"BARRIER arg must be ({ASYNC!r}, copies still in flight) or none, got {a!r}"
+    yield f"BARRIER arg must be ({ASYNC!r}, groups of copies still in flight) or none, got {a!r}"
 
 
 def _check_atomicadd(u: UOp) -> Iterator[str]:

@@ -173,6 +173,13 @@ class _Layout:
     return line.alu(Ops.ADD, chunk.alu(Ops.MUL, _idx(self.v))).alu(Ops.ADD, col.alu(Ops.MOD, _idx(self.v)))
 
 
+def _split_on(e: UOp, k: UOp) -> UOp:
+  """e as (its terms free of k) + (its terms with k), each simplified: the first is loop-invariant."""
+  form = _linear(simplify(e))
+  free = {a: c for a, c in form.items() if a is None or k not in a.toposort()}
+  return _build(free).alu(Ops.ADD, _build({a: c for a, c in form.items() if a not in free}))
+
+
 def _build(form: Form) -> UOp:
   out = _idx(form.get(None, 0))
   for a, c in form.items():
@@ -225,14 +232,14 @@ def _matrix_load(stack: UOp, where: dict, lane: UOp) -> UOp | None:
   if n == 8:
     bit1 = lane.alu(Ops.IDIV, idx(16))
     row, col = row.alu(Ops.ADD, bit1.alu(Ops.MUL, idx(deltas[2][0]))), col.alu(Ops.ADD, bit1.alu(Ops.MUL, idx(deltas[2][1])))
-  at = simplify(ws[0][5].alu(Ops.ADD, layout.at(row, col)))
+  at = simplify(layout.at(row, col)).alu(Ops.ADD, ws[0][5])
   return UOp(Ops.LOAD, stack.dtype, (UOp(Ops.INDEX, tile.dtype, (tile, at)),), (LDMATRIX, trans))
 
 
 def _fragment(stack: UOp, where: dict) -> UOp:
   """A fragment STACK read from the LOCAL tiles: two lanes at consecutive columns of one row, the first
   at an even element, as one 2-lane LOAD (one 32-bit shared-memory read)."""
-  def at(w) -> UOp: return simplify(w[5].alu(Ops.ADD, w[1].at(_build(w[2]), _build(w[3]))))
+  def at(w) -> UOp: return simplify(w[1].at(_build(w[2]), _build(w[3]))).alu(Ops.ADD, w[5])
   lanes, i, lds = [], 0, stack.src
   while i < len(lds):
     w = where[lds[i]]
@@ -278,39 +285,45 @@ def stage_operands(sink: UOp, trace=None) -> UOp:
   tile_bytes = sum(p[2] * lay.pitch * op.buf.dtype.base.itemsize for (op, p), lay in zip(plans, layouts))
   stages = next((n for n in STAGES if n * tile_bytes <= MAX_LOCAL_BYTES and n - 1 <= trips), 0)
   if not stages or any((p[2] * p[3] // p[4]) % count for _, p in plans): return sink
-  per_stage = sum(p[2] * p[3] // p[4] // count for _, p in plans)  # async copies a thread issues per stage
   tiles = []
   for n, ((op, (block, s, rows, cols, v, splits)), layout) in enumerate(zip(plans, layouts)):
     dt, size = op.buf.dtype.base, rows * layout.pitch
     local = UOp(Ops.BUFFER, dt.ptr(AddrSpace.LOCAL, stages * size), (), (slot + n, f"tile{slot + n}"))
     origin, vdt = _build(block), dt.vec(v) if v > 1 else dt
-    def copy(it: int, at_k: UOp, stage: UOp, into: UOp, origin=origin, s=s, cols=cols, v=v, vdt=vdt, buf=op.buf, layout=layout, size=size) -> UOp:
+    def copy(it: int, at_k: UOp, stage: UOp, into: UOp, gate: UOp | None = None, commit: bool = False, origin=origin, s=s, cols=cols,
+             v=v, vdt=vdt, buf=op.buf, layout=layout, size=size) -> UOp:
       """The it-th 16-byte copy this thread issues: of iteration at_k's tile into `stage` of the LOCAL buffer
-      `into` (the defaults bind this operand's values)."""
+      `into`, zeros where `gate` is false (nothing read), ending a commit group if `commit` (the defaults
+      bind this operand's values)."""
       flat = tid.alu(Ops.ADD, _idx(it * count))
       r, c = flat.alu(Ops.IDIV, _idx(cols // v)), flat.alu(Ops.MOD, _idx(cols // v)).alu(Ops.MUL, _idx(v))
-      src = simplify(substitute(origin, {k: at_k}).alu(Ops.ADD, r.alu(Ops.MUL, _idx(s))).alu(Ops.ADD, c))
-      dst = simplify(stage.alu(Ops.MUL, _idx(size)).alu(Ops.ADD, layout.at(r, c)))
-      value = UOp(Ops.LOAD, vdt, (UOp(Ops.INDEX, buf.dtype, (buf, src)),))
-      return UOp(Ops.STORE, dtypes.void, (UOp(Ops.INDEX, into.dtype, (into, dst)), value), ASYNC)
+      # the iteration's part apart from the thread's (loop-invariant, computed once): one add per copy
+      src = _split_on(substitute(origin, {k: at_k}).alu(Ops.ADD, r.alu(Ops.MUL, _idx(s))).alu(Ops.ADD, c), k)
+      dst = simplify(layout.at(r, c)).alu(Ops.ADD, simplify(stage.alu(Ops.MUL, _idx(size))))
+      zero = UOp(Ops.STACK, vdt, (UOp.const(vdt.scalar, 0),) * v) if v > 1 else UOp.const(vdt, 0)
+      value = UOp(Ops.LOAD, vdt, (UOp(Ops.INDEX, buf.dtype, (buf, src)),) + ((zero, gate) if gate is not None else ()))
+      return UOp(Ops.STORE, dtypes.void, (UOp(Ops.INDEX, into.dtype, (into, dst)), value), (ASYNC, commit))
     tiles.append((op, local, layout, size, splits, rows * cols // v // count, copy))
   # the first stages - 1 iterations' copies, stage by stage (a wait counts the copies started after it)
-  prologue = [copy(it, _idx(st), _idx(st), local) for st in range(stages - 1) for _, local, _, _, _, iters, copy in tiles for it in range(iters)]
+  def stage_copies(at_k: UOp, stage: UOp, into, gate: UOp | None = None) -> list[UOp]:  # one commit group
+    out = [(it, local, copy) for _, local, _, _, _, iters, copy in tiles for it in range(iters)]
+    return [copy(it, at_k, stage, into(local), gate, i == len(out) - 1) for i, (it, local, copy) in enumerate(out)]
+  prologue = [x for st in range(stages - 1) for x in stage_copies(_idx(st), _idx(st), lambda local: local)]
   # iteration k: wait for its own copies (the later stages' may still fly) and for every thread's, read
   # the fragments from stage k % stages, then start the copies of iteration k + stages - 1 into the stage
   # iteration k - 1 read (every thread is past that reading: it is before this barrier)
-  wait = UOp(Ops.BARRIER, dtypes.void, (UOp(Ops.GROUP, dtypes.void, tuple(prologue)), k), (ASYNC, (stages - 2) * per_stage))
+  wait = UOp(Ops.BARRIER, dtypes.void, (UOp(Ops.GROUP, dtypes.void, tuple(prologue)), k), (ASYNC, stages - 2))
   stage_now = k.alu(Ops.MOD, _idx(stages))
   ahead = k.alu(Ops.ADD, _idx(stages - 1))
-  later = UOp(Ops.WHERE, dtypes.index, (ahead.alu(Ops.CMPLT, _idx(trips)), ahead, _idx(trips - 1)))  # the last tile again past the end
-  fetches = [copy(it, later, ahead.alu(Ops.MOD, _idx(stages)), UOp(Ops.AFTER, local.dtype, (local, wait)))
-             for _, local, _, _, _, iters, copy in tiles for it in range(iters)]
+  # past the last iteration the copies read nothing (zeros: their group still counts for the waits)
+  fetches = stage_copies(ahead, ahead.alu(Ops.MOD, _idx(stages)), lambda local: UOp(Ops.AFTER, local.dtype, (local, wait)),
+                         ahead.alu(Ops.CMPLT, _idx(trips)))
   started = UOp(Ops.GROUP, dtypes.void, tuple(fetches))
   where = {}  # fragment LOAD -> (LOCAL tile after the wait, its _Layout, row form, column form, even address, stage base)
   for op, local, layout, size, splits, iters, copy in tiles:
     # the fragments are read after the next copies started, so that those overlap this iteration's math
     synced = UOp(Ops.AFTER, local.dtype, (local, wait, started))
-    base = stage_now.alu(Ops.MUL, _idx(size))
+    base = simplify(stage_now.alu(Ops.MUL, _idx(size)))
     for ld, split in zip(op.loads, splits): where[ld] = (synced, layout) + split + (base,)
   lane = next(r for r in threads if r.arg[1] is AxisType.WARP)
   body = substitute(end.src[0], {st: _matrix_load(st, where, lane) or _fragment(st, where) for w in wmmas for st in w.src[:2]})

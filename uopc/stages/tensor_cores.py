@@ -27,9 +27,10 @@ from uopc.dtype import DType, dtypes
 WARP_SIZE = 32
 LDMATRIX = "ldmatrix"  # the LOAD arg (LDMATRIX, trans) of a warp-wide matrix load (module docstring)
 # Asynchronous copies into LOCAL memory (PTX cp.async, sm_80+), which feed the tensor cores' staged tiles:
-# STORE(INDEX(local, i), LOAD(INDEX(global, j)), arg=ASYNC) starts a copy of the LOAD's 16 bytes that lands
-# at some time before a BARRIER with arg (ASYNC, n) that the thread reaches with at most n copies started
-# after it still in flight; until then its LOCAL elements hold no defined value.
+# STORE(INDEX(local, i), LOAD(INDEX(global, j)[, zeros, gate]), arg=(ASYNC, commit)) starts a copy of the
+# LOAD's 4, 8 or 16 bytes (zeros, reading nothing, where the gate is false); `commit` ends a group of
+# copies. The copies of a group land at some time before a BARRIER with arg (ASYNC, n) that the thread
+# reaches with at most n groups committed after theirs; until then their LOCAL elements are undefined.
 ASYNC = "async"
 
 

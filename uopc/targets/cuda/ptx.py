@@ -124,7 +124,7 @@ class _Kernel:
     self.r: dict[UOp, Any] = {}          # a scalar's register, or a tuple of lane registers
     self.closers: dict[UOp, list[str]] = {}  # what an END/ENDIF emits, set by its opener
     self.params = self._params()
-    self.async_loads = {u.src[1] for u in self.uops if u.op is Ops.STORE and u.arg == ASYNC}  # read by cp.async itself
+    self.async_loads = {u.src[1] for u in self.uops if u.op is Ops.STORE and isinstance(u.arg, tuple) and u.arg[:1] == (ASYNC,)}
 
   # ---- registers, labels, diagnostics ----------------------------------------------------------------
   def reg(self, cls: str) -> str:
@@ -438,12 +438,13 @@ def _store(k: _Kernel, u: UOp) -> None:
   value = u.src[1]
   space, addr, gate = _access(k, u, value.dtype)
   dt = value.dtype.scalar
-  if u.arg == ASYNC:  # an asynchronous copy (uopc.stages.tensor_cores), one commit group each
-    size, (src_space, src, _) = dt.itemsize * value.dtype.count, _access(k, value, value.dtype)
+  if isinstance(u.arg, tuple) and u.arg[:1] == (ASYNC,):  # an asynchronous copy (uopc.stages.tensor_cores)
+    size, (src_space, src, fill) = dt.itemsize * value.dtype.count, _access(k, value, value.dtype)
     if (space, src_space, gate) != ("shared", "global", None) or size not in (4, 8, 16):
       raise k.fail(u, "an asynchronous copy moves 4, 8 or 16 bytes from global to shared memory, ungated")
-    k.emit(f"cp.async.{'cg' if size == 16 else 'ca'}.shared.global {_address(addr, 0)}, {_address(src, 0)}, {size}")
-    k.emit("cp.async.commit_group")
+    reads = f", {k.op1('selp.u32', dtypes.uint32, str(size), '0', fill)}" if fill else ""  # bytes read, the rest zeros
+    k.emit(f"cp.async.{'cg' if size == 16 else 'ca'}.shared.global {_address(addr, 0)}, {_address(src, 0)}, {size}{reads}")
+    if u.arg[1]: k.emit("cp.async.commit_group")
     return
   regs = list(k.lanes(value))
   guard = f"@{gate} " if gate else ""
