@@ -384,13 +384,13 @@ def type_axes(sink: UOp, caps: TargetCaps, trace: Trace | None = None) -> UOp:
   """Parallel LOOP axes become GLOBAL. On a GPU, a grid dimension repeats everything outside it in
   every workgroup, so an axis goes on the grid only when every reduction loop of the kernel is nested
   in it (a fused softmax's output loop, a sibling of its max and sum loops, stays a LOOP for the
-  workgroup to share); and the grid has three dimensions: the innermost three such axes."""
+  workgroup to share); Expand folds a grid of more than three axes into the launch's three."""
   parallel = parallel_axes(sink)
   loops = [r for r in kernel_axes(sink) if is_axis(r) and axis_type(r) is AxisType.LOOP and r in parallel]
   if caps.gpu:
     near = nested_with(sink)
     reduces = {r for r in kernel_axes(sink) if is_axis(r) and axis_type(r) is AxisType.REDUCE}
-    loops = [r for r in loops if reduces <= near.get(r, frozenset())][-3:]
+    loops = [r for r in loops if reduces <= near.get(r, frozenset())]
   new = {r: _range(axis_size(r), r.arg[0], AxisType.GLOBAL) for r in loops}
   return replace_ranges(sink, {r: (n, (n,)) for r, n in new.items()}, trace)
 
