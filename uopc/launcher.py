@@ -67,9 +67,12 @@ _RESERVED = frozenset("""alignas alignof and and_eq asm auto bitand bitor bool b
 @dataclass(frozen=True)
 class Workspace:
   """The intermediate buffers of a multi-kernel entry (from the memory plan): each is the kernel
-  buffer slot `slot`, placed at byte `offset` of one workspace of `size` bytes."""
+  buffer slot `slot`, placed at byte `offset` of one workspace of `size` bytes. A multi-device entry's
+  workspace is one span per device (`devices`: (device, base, size)), which a GPU launcher allocates
+  on each device (`uopc.stages.plan`)."""
   size: int
   offsets: tuple[tuple[int, int], ...]  # (slot, offset)
+  devices: tuple[tuple[Any, int, int], ...] = ()
 
 
 @dataclass(frozen=True)
@@ -86,6 +89,7 @@ class EntryKernels:
   unused: tuple[Any, ...] = ()  # the PARAMs and DEFINE_VARs the entry declares and never reads: arguments still
   shapes: tuple[tuple[int, tuple[int, ...]], ...] = ()  # (slot, shape) a func entry declares for its buffers
   notes: tuple[str, ...] = ()  # how a multi-device entry's arguments hold its sharded buffers (the header says it)
+  collectives: tuple[Any, ...] = ()  # Collective-shaped (uopc.stages.kernel_program): launches a launcher may replace
 
 
 @dataclass(frozen=True)

@@ -208,5 +208,5 @@ def _compile_tensor_entry(stages: Sequence[Stage], sink: UOp, prefix: str, entry
   kernel_stages = [s for s in stages if s.name not in TENSOR_STAGES]
   progress.expect(len(schedule.kernels))
   kernels = tuple(_counted(run_kernel_stages(kernel_stages, k, kernel_name(prefix, entry, i), opts), kernel_name(prefix, entry, i)) for i, k in enumerate(schedule.kernels))
-  workspace = Workspace(schedule.workspace_size, tuple((p.buffer.slot, p.offset) for p in schedule.placements))
-  return EntryKernels(entry, kernels, workspace if schedule.placements else None, schedule.launches)
+  workspace = Workspace(schedule.workspace_size, tuple((p.buffer.slot, p.offset) for p in schedule.placements), schedule.device_spans)
+  return EntryKernels(entry, kernels, workspace if schedule.placements else None, schedule.launches, collectives=schedule.collectives)
