@@ -22,7 +22,7 @@ import pytest
 
 sys.path.insert(0, str(pathlib.Path(__file__).parent))
 from fake_cuda import build_fakes, call  # noqa: E402
-from multi_programs import collectives, devices, tp_mlp  # noqa: E402
+from multi_programs import allreduce_text, collectives, tp_mlp  # noqa: E402
 from test_cuda_multi_launcher import arguments  # noqa: E402
 
 from uopc.driver import BuildOptions, build  # noqa: E402
@@ -32,15 +32,6 @@ from uopc.pipeline import compile_module  # noqa: E402
 NO_NCCL, NCCL_ERR = 104, 2000
 DTYPE = {"i32": ("int32", 2), "f32": ("float32", 7), "f64": ("float64", 8)}  # NCCL's ncclDataType_t (nccl.h)
 OP = {"ADD": (np.sum, 0), "MUL": (np.prod, 1), "MAX": (np.max, 2)}         # ncclSum, ncclProd, ncclMax
-
-
-def allreduce_text(name: str, n: int, s: int, op: str, dt: str) -> str:
-  """tinygrad's form: the devices' shards stacked, ALLREDUCE, each device's copy stored as its row of out."""
-  sel = "".join(f"  %m{j} = MSELECT(%x) {{{j}}}\n" for j in range(n))
-  return (f'func {name} {{\n  %x = PARAM([{n * s}]) {{(0, "x", {devices(n)})}} : {dt}\n'
-          f'  %out = PARAM([{n}, {s}]) {{(1, "out", {devices(n)})}} : {dt}\n{sel}'
-          f'  %st = MSTACK({", ".join(f"%m{j}" for j in range(n))})\n  %ar = ALLREDUCE(%st) {{({op}, {devices(n)})}}\n'
-          f'  %r = RESHAPE(%ar, [1, {s}])\n  %e = EXPAND(%r, [{n}, {s}])\n  STORE(%out, %e)\n}}\n')
 
 
 @pytest.fixture(scope="module")
