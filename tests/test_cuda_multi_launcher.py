@@ -118,3 +118,18 @@ def test_the_launcher_compiles_cleanly_with_the_system_compiler(built):
     done = subprocess.run(["cc", f"-std={std}", "-Wall", "-Wextra", "-Werror", "-Wno-unused-parameter", "-fPIC", "-shared", "-fvisibility=hidden",
                            str(source), "-o", str(built["dir"] / f"check_{std}.so"), "-ldl", "-lpthread"], capture_output=True, text=True)
     assert done.returncode == 0, done.stderr[:4000]
+
+
+def test_names_that_close_a_comment_stay_inside_it(tmp_path):
+  """Buffer and device names are written into the header's and launcher's comments: `*/` and newlines in
+  them must not end those comments (the C compiler, run by the build, would fail)."""
+  devs = '("D*/0", "D\\n*/1")'
+  text = (f'func ar {{\n  %x = PARAM([8]) {{(0, "x*/y", {devs})}} : f32\n  %out = PARAM([2, 4]) {{(1, "o*/", {devs})}} : f32\n'
+          f'  %m0 = MSELECT(%x) {{0}}\n  %m1 = MSELECT(%x) {{1}}\n  %st = MSTACK(%m0, %m1)\n  %a = ALLREDUCE(%st) {{(ADD, {devs})}}\n'
+          '  %r = RESHAPE(%a, [1, 4])\n  %e = EXPAND(%r, [2, 4])\n  STORE(%out, %e)\n}\n')
+  path = tmp_path / "hostile.uop"
+  path.write_text(text)
+  for target in ("cuda", "c"):
+    build(path, BuildOptions(target=target, out_dir=tmp_path / target))
+    assert (tmp_path / target / "libhostile.so").exists()
+  assert "D* /0" in (tmp_path / "cuda" / "hostile.h").read_text()

@@ -294,12 +294,17 @@ def render_header(name: str, entries: Sequence[EntryKernels]) -> str:
   return header_file(prefix, _header_comment(name, prefix), f"UOPC_{prefix.upper()}_H", f"/* The entries. */\n{protos}")
 
 
+def comment_text(text: str) -> str:
+  """`text` (names from the program) made safe inside a C block comment on one line."""
+  return " ".join(text.replace("*/", "* /").replace("\0", " ").splitlines())
+
+
 def entry_notes(entry: EntryKernels) -> str:
   """A comment before an entry's prototypes saying how its arguments hold its sharded buffers (a
   multi-device entry takes one pointer per device shard); empty for other entries."""
   if not entry.notes: return ""
   lines = [f"/* {entry.name}: a multi-device program; each device shard is its own buffer argument."]
-  lines += [f"   {n}" for n in entry.notes]
+  lines += [f"   {comment_text(n)}" for n in entry.notes]
   return "\n".join(lines) + " */\n"
 
 

@@ -27,7 +27,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from uopc.launcher import EntryArg, EntryKernels, launched
+from uopc.launcher import EntryArg, EntryKernels, comment_text, launched
 from uopc.targets.cuda import nccl
 from uopc.targets.geometry import launch_block
 
@@ -65,7 +65,7 @@ def stream_params(entry: EntryKernels) -> list[str]:
 
 def stream_note(entry: EntryKernels) -> str:
   devices = entry_devices(entry)
-  return ", ".join(f"stream_{i} runs {d}" for i, d in enumerate(devices))
+  return comment_text(", ".join(f"stream_{i} runs {d}" for i, d in enumerate(devices)))
 
 
 def _nccl_collectives(entry: EntryKernels) -> list:
@@ -198,7 +198,7 @@ def _launch_lines(e: _Entry, i: int) -> list[str]:
   ln, p = e.entry.launches[i], e.p
   j = e.index(ln.device)
   what = " (a copy, memory to memory)" if ln.copy else " (a copy)" if ln.peers else ""
-  return [f"    /* launch {i} on {ln.device}{what} */",
+  return [f"    /* launch {i} on {comment_text(str(ln.device))}{what} */",
           f"    if ((status = {p}__follow(streams, ctxs, {len(e.devices)}, prev, {j})) != UOPC_OK) break;", f"    prev = {j};",
           f"    if ((err = {p}__cu.CtxPushCurrent(ctxs[{j}])) != 0) {{ status = UOPC_CUDA_ERR_DRIVER + err; break; }}",
           "    do {  /* a failed launch breaks out of this loop only: the context is popped */",
@@ -210,7 +210,7 @@ def _collective_lines(e: _Entry, c, composed: list[str]) -> list[str]:
   """NCCL in place of the collective's launches when `nccl` says so, else the launches (`composed`)."""
   p, n, m = e.p, len(e.devices), len(c.inputs)
   ranks = [e.index(b.device) for b in c.inputs]
-  return [f"    if (nccl) {{  /* {c.describe()}: through NCCL */",
+  return [f"    if (nccl) {{  /* {comment_text(c.describe())}: through NCCL */",
           f"      const CUdeviceptr in[{m}] = {{{', '.join(e.pointer(b.slot) for b in c.inputs)}}};",
           f"      const CUdeviceptr out[{m}] = {{{', '.join(e.pointer(b.slot) for b in c.outputs)}}};",
           f"      const CUstream ranks[{m}] = {{{', '.join(f'streams[{k}]' for k in ranks)}}};",
@@ -243,7 +243,7 @@ def wrapper(p: str, entry: EntryKernels, args: list[EntryArg], prototype: str, c
   nccl_setup = [f"  ncclComm_t comms[{n}];", "  int nccl = 0;  /* 1: NCCL runs the collectives */",
                 f"  if ((status = {p}__nccl_comms({n}, ctxs, comms, &nccl)) != UOPC_OK) return status;"] if uses_nccl else []
   spans = [(s, e.index(d), size) for s, (d, _, size) in enumerate(e.spans)]
-  alloc = [f"  if (status == UOPC_OK) status = {p}__alloc(ctxs[{k}], streams[{k}], {size}, &workspaces[{s}]);  /* on {d} */"
+  alloc = [f"  if (status == UOPC_OK) status = {p}__alloc(ctxs[{k}], streams[{k}], {size}, &workspaces[{s}]);  /* on {comment_text(str(d))} */"
            for (s, k, size), (d, _, _) in zip(spans, e.spans)]
   join = [f"  for (int k = 0; k < {n}; k++) {{  /* every stream waits for the last operation: syncing any one waits for all */",
           f"    int after = {p}__follow(streams, ctxs, {n}, prev, k);", "    if (status == UOPC_OK) status = after;", "  }"]
