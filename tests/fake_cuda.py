@@ -9,7 +9,7 @@ float32, float64), so an entry that runs only copies and NCCL computes its resul
 cuLaunchKernel only records. Everything is recorded in one log, in call order:
   ["launch", kernel, stream, context depth], ["copy", "peer", dst, dst_ctx, src, src_ctx, bytes, stream],
   ["copy", "dtod", dst, src, bytes, stream], ["wait", stream, stream the event was recorded on],
-  ["peer", ctx], ["alloc", stream, current ctx, bytes], ["free", stream, current ctx],
+  ["peer", ctx], ["alloc", stream, current ctx, bytes, pointer], ["free", stream, current ctx],
   ["nccl_init", device...], ["group_start"], ["allreduce", device, count, dtype, op, stream, send, recv],
   ["group_end"], ["nccl_destroy", device].
 A stream s lives in context 100 + s, on device s % 10 (so streams 1 and 11: one GPU, two contexts);
@@ -49,7 +49,7 @@ CUresult cuLaunchKernel(P f, unsigned gx, unsigned gy, unsigned gz, unsigned bx,
   (void)gx; (void)gy; (void)gz; (void)bx; (void)by; (void)bz; (void)shm; (void)args; (void)extra;
   LOG("[\"launch\", \"%s\", %ld, %d]", names[(long)f - 1], (long)stream, depth); return 0; }
 CUresult cuMemAllocAsync(unsigned long long* p, size_t n, P s) {
-  *p = (unsigned long long)malloc(n); LOG("[\"alloc\", %ld, %ld, %zu]", (long)s, stub_current(), n); return 0; }
+  *p = (unsigned long long)malloc(n); LOG("[\"alloc\", %ld, %ld, %zu, %llu]", (long)s, stub_current(), n, *p); return 0; }
 CUresult cuMemFreeAsync(unsigned long long p, P s) { free((void*)p); LOG("[\"free\", %ld, %ld]", (long)s, stub_current()); return 0; }
 CUresult cuGetErrorString(CUresult e, const char** m) { (void)e; *m = "stub"; return 0; }
 CUresult cuStreamGetCtx(P s, P* c) { *c = (P)(100 + (long)s); return 0; }

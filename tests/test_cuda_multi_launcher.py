@@ -97,11 +97,11 @@ def test_each_device_has_its_own_workspace_on_its_stream(built):
   assert got["status"] == 0
   log = got["log"]
   allocs, frees = [x for x in log if x[0] == "alloc"], [x for x in log if x[0] == "free"]
-  assert sorted((s, ctx) for _, s, ctx, _ in allocs) == [(1, 101), (2, 102)] == sorted((s, ctx) for _, s, ctx in frees)
+  assert sorted((s, ctx) for _, s, ctx, _, _ in allocs) == [(1, 101), (2, 102)] == sorted((s, ctx) for _, s, ctx in frees)
   last = log.index(ops(log)[-1])
   assert all(log.index(a) < log.index(ops(log)[0]) for a in allocs) and all(log.index(f) > last for f in frees)
   spans = {d: size for d, _, size in built["entries"]["tp_mlp"].workspace.devices}
-  assert {s: size for _, s, _, size in allocs} == {1: spans["CPU:0"], 2: spans["CPU:1"]}
+  assert {s: size for _, s, _, size, _ in allocs} == {1: spans["CPU:0"], 2: spans["CPU:1"]}
 
 
 def test_two_logical_devices_on_one_stream_need_no_events(built):

@@ -68,7 +68,7 @@ def test_an_allreduce_runs_through_nccl_when_initialized(libs, n, entry, dt):
   x, got = run_allreduce(libs, n, entry, dt, streams, init=streams)
   assert (got["init"], got["num_devices"], got["status"]) == (0, n, 0), got["message"]
   log, op = got["log"], {"sum": "ADD", "max": "MAX", "prod": "MUL"}[entry]
-  assert not [e for e in log if e[0] in ("launch", "copy")]  # no kernel, no copy: NCCL did it all
+  assert not [e for e in log if e[0] in ("launch", "copy", "alloc")]  # no kernel, no copy, no workspace: NCCL did it all
   calls = nccl_calls(log)
   assert calls[0] == ["group_start"] and calls[-1] == ["group_end"] and len(calls) == n + 2
   for k, c in enumerate(calls[1:-1]):  # rank k: its GPU and stream, its shard in, its row of out
@@ -124,7 +124,11 @@ def test_only_the_mlp_collective_is_replaced(libs, n):
   assert len(outside) == len(ops) - n and all(e[2] == c.count for e in ops if e[0] == "allreduce")
   allocs = {e[2]: e for e in log if e[0] == "alloc"}  # context -> its workspace allocation
   for e in (e for e in ops if e[0] == "allreduce"):  # inputs and outputs in the workspace of their own GPU
-    assert 100 + e[1] in allocs and e[6] != e[7]
+    _, _, _, size, base = allocs[100 + e[1]]
+    assert base <= e[6] < base + size and base <= e[7] < base + size and e[6] != e[7]
+  composed = call(libs["fakes"], libs[n]["lib"], f"ar{n}", "tp_mlp", [(arrays[k].ravel(), arrays[k].dtype.name) for k in names], streams)
+  sizes = lambda got: sorted(e[3] for e in got["log"] if e[0] == "alloc")  # noqa: E731
+  assert all(a <= b for a, b in zip(sizes(got), sizes(composed))) and sizes(got) != sizes(composed)  # NCCL needs less room
 
 
 def test_the_header_documents_nccl(libs):

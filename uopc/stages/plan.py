@@ -63,7 +63,8 @@ class Schedule:
 def _aligned(n: int) -> int: return (n + ALIGN - 1) // ALIGN * ALIGN
 
 
-def _nbytes(b: BufferInfo) -> int:
+def buffer_nbytes(b: BufferInfo) -> int:
+  """The bytes a buffer needs (a symbolic size at its maximum)."""
   return prod(d if isinstance(d, int) else int(d.vmax) for d in b.shape) * b.dtype.itemsize
 
 
@@ -92,10 +93,10 @@ def _first_fit(size: int, busy: list[tuple[int, int]]) -> int:
 def _place(temps: list[BufferInfo], spans: dict[int, tuple[int, int]]) -> list[Placement]:
   """First fit, largest first, of `temps` in one workspace from offset 0."""
   placed: list[Placement] = []
-  for b in sorted(temps, key=lambda b: (-_nbytes(b), b.slot)):
+  for b in sorted(temps, key=lambda b: (-buffer_nbytes(b), b.slot)):
     first, last = spans[b.slot]
     busy = [(p.offset, p.offset + p.nbytes) for p in placed if p.first <= last and first <= p.last]
-    nbytes = _nbytes(b)
+    nbytes = buffer_nbytes(b)
     placed.append(Placement(b, _first_fit(nbytes, busy), nbytes, first, last))
   return placed
 

@@ -18,7 +18,7 @@ loaded there. Invariants:
   then nothing is enabled and no event is needed between equal streams.
 - Workspaces: each device's intermediates live in that device's own workspace (its span of the plan,
   `Workspace.devices`), allocated on its stream in its context before any launch and freed there after
-  the last one.
+  the last one; when NCCL runs the collectives, only up to the last intermediate still used.
 - Collectives (`EntryKernels.collectives`): one NCCL call in place of their launches when the call's
   devices allow it (`uopc/targets/cuda/nccl.py`), else their launches.
 The entry's work is done when all its streams are.
@@ -28,6 +28,7 @@ from __future__ import annotations
 from typing import Any
 
 from uopc.launcher import EntryArg, EntryKernels, comment_text, launched
+from uopc.stages.plan import ALIGN, buffer_nbytes
 from uopc.targets.cuda import nccl
 from uopc.targets.geometry import launch_block
 
@@ -171,6 +172,24 @@ class _Entry:
     self.spans = [t for t in ws.devices if t[2]] if ws and ws.devices else [(self.devices[0], 0, ws.size)] if ws else []
     self.span_of = {slot: next(s for s, (_, base, size) in enumerate(self.spans) if base <= off < base + size)
                     for slot, off in self.offsets.items()}
+    self.nccl_sizes = self._sizes_without(self._interior(_nccl_collectives(entry)))
+
+  def _interior(self, collectives) -> set[int]:
+    """The workspace slots only the launches of these collectives use (unused when NCCL runs them)."""
+    inside = {i for c in collectives for i in range(c.first, c.end)}
+    kept = {b.slot for c in collectives for b in c.inputs + c.outputs}
+    kept |= {b.slot for i, ln in enumerate(self.entry.launches) if i not in inside for _, b in ln.binds}
+    return {b.slot for i in inside for _, b in self.entry.launches[i].binds if b.slot in self.offsets and b.slot not in kept}
+
+  def _sizes_without(self, unused: set[int]) -> list[int]:
+    """Each workspace's size when the `unused` slots need no room: up to the end of the last one used."""
+    buffers = {b.slot: b for ln in self.entry.launches for _, b in ln.binds}
+    ends = [0] * len(self.spans)
+    for slot, off in self.offsets.items():
+      if slot not in unused:
+        s = self.span_of[slot]
+        ends[s] = max(ends[s], off - self.spans[s][1] + buffer_nbytes(buffers[slot]))
+    return [(e + ALIGN - 1) // ALIGN * ALIGN for e in ends]
 
   def index(self, device) -> int: return self.devices.index(device) if device in self.devices else 0
 
@@ -243,8 +262,12 @@ def wrapper(p: str, entry: EntryKernels, args: list[EntryArg], prototype: str, c
   nccl_setup = [f"  ncclComm_t comms[{n}];", "  int nccl = 0;  /* 1: NCCL runs the collectives */",
                 f"  if ((status = {p}__nccl_comms({n}, ctxs, comms, &nccl)) != UOPC_OK) return status;"] if uses_nccl else []
   spans = [(s, e.index(d), size) for s, (d, _, size) in enumerate(e.spans)]
-  alloc = [f"  if (status == UOPC_OK) status = {p}__alloc(ctxs[{k}], streams[{k}], {size}, &workspaces[{s}]);  /* on {comment_text(str(d))} */"
-           for (s, k, size), (d, _, _) in zip(spans, e.spans)]
+  def alloc_line(s: int, k: int, full: int, device) -> str:  # what NCCL leaves unused is not allocated when it runs
+    size, when = str(full), ""
+    if uses_nccl and e.nccl_sizes[s] == 0: when = " && !nccl"
+    elif uses_nccl and e.nccl_sizes[s] != full: size = f"(nccl ? {e.nccl_sizes[s]} : {full})"
+    return f"  if (status == UOPC_OK{when}) status = {p}__alloc(ctxs[{k}], streams[{k}], {size}, &workspaces[{s}]);  /* on {comment_text(str(device))} */"
+  alloc = [alloc_line(s, k, full, d) for (s, k, full), (d, _, _) in zip(spans, e.spans)]
   join = [f"  for (int k = 0; k < {n}; k++) {{  /* every stream waits for the last operation: syncing any one waits for all */",
           f"    int after = {p}__follow(streams, ctxs, {n}, prev, k);", "    if (status == UOPC_OK) status = after;", "  }"]
   free = [line for s, k, _ in spans for line in (
