@@ -15,9 +15,10 @@ concurrent calls never share one.
 Return codes: the C target's `uopc_status` for argument checks (UOPC_ERR_NO_MEMORY when the workspace
 cannot be had), and UOPC_CUDA_ERR_NO_DRIVER (libcuda.so.1 or a function missing),
 UOPC_CUDA_ERR_NO_CONTEXT (no current context), UOPC_CUDA_ERR_LAUNCH_SIZE (a grid dimension out of
-range), UOPC_CUDA_ERR_CONTEXTS (more contexts than the library keeps modules for), or
-UOPC_CUDA_ERR_DRIVER + e for a CUresult e; PREFIX_strerror(code) describes each, through
-cuGetErrorString for driver errors.
+range), UOPC_CUDA_ERR_CONTEXTS (more contexts than the library keeps modules for),
+UOPC_CUDA_ERR_NO_NCCL (PREFIX_nccl_init where NCCL is off), UOPC_CUDA_ERR_DRIVER + e for a CUresult e,
+or UOPC_CUDA_ERR_NCCL + r for an ncclResult_t r (`uopc/targets/cuda/nccl.py`); PREFIX_strerror(code)
+describes each, through cuGetErrorString / ncclGetErrorString for the driver's and NCCL's.
 """
 from __future__ import annotations
 
