@@ -141,7 +141,7 @@ static int {p}__nccl_comms(int n, const CUcontext* ctxs, ncclComm_t* comms, int*
     CUcontext popped;
     CUresult err = {p}__cu.CtxPushCurrent(ctxs[i]);
     if (err != 0) return UOPC_CUDA_ERR_DRIVER + err;
-    err = {p}__cu.CtxGetDevice(&ordinals[i]);
+    err = {p}__cu.CtxGetDevice(&ordinals[i]);  /* a CUdevice is its ordinal, what ncclCommInitAll took */
     {p}__cu.CtxPopCurrent(&popped);
     if (err != 0) return UOPC_CUDA_ERR_DRIVER + err;
     for (int j = 0; j < i; j++) if (ordinals[j] == ordinals[i]) return UOPC_OK;  /* one GPU twice */
