@@ -153,6 +153,11 @@ subnormals) right; float16/bfloat16 computed in float32 and rounded once; no fus
 formed; integers wrap, IDIV truncates, MOD takes the dividend's sign. --fast-math gives that up
 for the targets' approximate instructions.
 
+An entry on several devices (buffers on tuple devices) takes one buffer argument per device shard
+(NAME_dev0, ...); with -t cuda also one stream per device: copies between GPUs go peer to peer and
+each allreduce through NCCL (libnccl.so.2 loaded at run time, after NAME_nccl_init; UOPC_NCCL=0 in the
+environment, or two devices on one GPU, gives the copies and reductions instead). NAME.h says how.
+
 -v prints every outside command (the C compiler, ptxas, fatbinary, ld.lld) as a shell line; a long
 build shows a progress bar when stderr is a terminal; --diagnostics-format=json|sarif writes
 diagnostics for machines (see `uopc --help`).

@@ -68,9 +68,12 @@ _RESERVED = frozenset("""alignas alignof and and_eq asm auto bitand bitor bool b
 @dataclass(frozen=True)
 class Workspace:
   """The intermediate buffers of a multi-kernel entry (from the memory plan): each is the kernel
-  buffer slot `slot`, placed at byte `offset` of one workspace of `size` bytes."""
+  buffer slot `slot`, placed at byte `offset` of one workspace of `size` bytes. A multi-device entry's
+  workspace is one span per device (`devices`: (device, base, size)), which a GPU launcher allocates
+  on each device (`uopc.stages.plan`)."""
   size: int
   offsets: tuple[tuple[int, int], ...]  # (slot, offset)
+  devices: tuple[tuple[Any, int, int], ...] = ()
 
 
 @dataclass(frozen=True)
@@ -88,6 +91,7 @@ class EntryKernels:
   shapes: tuple[tuple[int, tuple[int, ...]], ...] = ()  # (slot, shape) a func entry declares for its buffers
   notes: tuple[str, ...] = ()  # how a multi-device entry's arguments hold its sharded buffers (the header says it)
   constants: tuple[tuple[int, bytes], ...] = ()  # (kernel buffer slot, data): embedded constant data (uopc.embedded_data)
+  collectives: tuple[Any, ...] = ()  # Collective-shaped (uopc.stages.kernel_program): launches a launcher may replace
 
 
 @dataclass(frozen=True)
@@ -293,12 +297,17 @@ def render_header(name: str, entries: Sequence[EntryKernels]) -> str:
   return header_file(prefix, _header_comment(name, prefix), f"UOPC_{prefix.upper()}_H", f"/* The entries. */\n{protos}")
 
 
+def comment_text(text: str) -> str:
+  """`text` (names from the program) made safe inside a C block comment on one line."""
+  return " ".join(text.replace("*/", "* /").replace("\0", " ").splitlines())
+
+
 def entry_notes(entry: EntryKernels) -> str:
   """A comment before an entry's prototypes saying how its arguments hold its sharded buffers (a
   multi-device entry takes one pointer per device shard); empty for other entries."""
   if not entry.notes: return ""
   lines = [f"/* {entry.name}: a multi-device program; each device shard is its own buffer argument."]
-  lines += [f"   {n}" for n in entry.notes]
+  lines += [f"   {comment_text(n)}" for n in entry.notes]
   return "\n".join(lines) + " */\n"
 
 

@@ -69,8 +69,9 @@ def _reads(u: UOp, users: dict[UOp, list[tuple[UOp, int]]]) -> bool:
 
 
 def entry_arguments(entry: Entry) -> list[Arg]:
-  """The buffers (by slot) and DEFINE_VARs (by name) of an entry, as the launcher orders them."""
-  graph = entry.sink.toposort()
+  """The buffers (by slot) and DEFINE_VARs (by name) of an entry, as the launcher orders them (not the
+  formals of a FUNCTION or CALL body: those are its arguments')."""
+  graph = entry.sink.toposort(lambda u: u.src[1:] if u.op in (Ops.FUNCTION, Ops.CALL) else u.src)
   written = {_store_root(u.src[0]) for u in graph if u.op is Ops.STORE}
   users: dict[UOp, list[tuple[UOp, int]]] = {}
   for u in graph:
@@ -81,7 +82,7 @@ def entry_arguments(entry: Entry) -> list[Arg]:
     if p.src: dtype, shape = p.dtype, shape_values(p.src[0])
     else: dtype, shape = p.dtype.base, ((p.dtype.size,) if p.dtype.size >= 0 else None)
     args.append(Arg(str(p.arg[1]), "buffer", p.arg[0], dtype.scalar, shape, p in written, _reads(p, users), p))
-  defvars = {u.arg[0]: u for u in (*graph, *entry.unused) if u.op is Ops.DEFINE_VAR}
+  defvars = {u.arg[0]: u for u in (*entry.sink.toposort(), *entry.unused) if u.op is Ops.DEFINE_VAR}  # a body's sizes too
   args += [Arg(name, "var", name, u.dtype, None, False, True, u) for name, u in sorted(defvars.items())]
   return args
 

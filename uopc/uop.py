@@ -226,6 +226,9 @@ def _device(u: UOp) -> Any:
   if op in (Ops.CONST, Ops.RANGE, Ops.DEFINE_VAR, Ops.SPECIAL): return None
   if op is Ops.LOAD and isinstance(u.arg, tuple) and u.arg and u.arg[0] is not None: return u.arg[0]
   if op in (Ops.FUNCTION, Ops.CALL): return src[1].device if len(src) > 1 else None
+  if op is Ops.GETTUPLE and src and src[0].op in (Ops.FUNCTION, Ops.CALL) and src[0].src and src[0].src[0].op is Ops.TUPLE:
+    tup = src[0].src[0]  # a result of a body: where the body computes it (a collective's results are on several devices)
+    if isinstance(u.arg, int) and 0 <= u.arg < len(tup.src) and tup.src[u.arg].device is not None: return tup.src[u.arg].device
   if op is Ops.MULTI: return tuple(s.device for s in src) if all(isinstance(s.device, str) for s in src) else None
   if op is Ops.MSELECT:
     d = src[0].device if src else None
