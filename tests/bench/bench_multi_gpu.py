@@ -117,8 +117,10 @@ def check_program(torch, lib: Library, src: pathlib.Path, prog, streams) -> floa
   worst = 0.0
   for name, want in prog.expect(**{k: v for k, (v, _) in prog.inputs.items()}).items():
     value = (unshard(name, got, prog.n) if prog.outputs[name] else got[name]).reshape(want.shape)
-    np.testing.assert_allclose(value, want, rtol=1e-4, atol=1e-4, err_msg=f"{prog.name}: {name}")
-    worst = max(worst, float(np.max(np.abs(value - want))) if want.size else 0.0)
+    # float32 sums in another order than numpy's: the bar is relative to the output's largest magnitude
+    scale = float(np.max(np.abs(want))) if want.size else 0.0
+    np.testing.assert_allclose(value, want, rtol=1e-4, atol=max(1e-4, 1e-5 * scale), err_msg=f"{prog.name}: {name}")
+    worst = max(worst, float(np.max(np.abs(value - want))) / max(scale, 1.0) if want.size else 0.0)
   return worst
 
 
@@ -210,7 +212,7 @@ def run(args) -> None:
   timings = {f"uopc {path}": time_allreduce(torch, lib, n, args.size, streams, args.reps) for path, lib in libs.items()}
   for lib in libs.values(): lib.lib.multigpu_nccl_teardown()
   torch_ms = torch_allreduce_ms(n, args.size, args.reps)
-  print(f"\n### Checks against numpy ({n} GPUs, one shard per GPU)\n\n| program | uopc NCCL path: max error | composed path: max error |\n| --- | --- | --- |")
+  print(f"\n### Checks against numpy ({n} GPUs, one shard per GPU)\n\n| program | uopc NCCL path: max error / max(1, largest magnitude) | composed path: the same |\n| --- | --- | --- |")
   for name, errs in checks: print(f"| {name} | {errs['nccl']:.2e} | {errs['composed']:.2e} |")
   print(f"\n### Allreduce of {args.size} float32 per GPU ({args.size * 4 / 2**30:.2f} GiB), {n} GPUs, median of {args.reps}\n")
   print("| path | time (ms) | algbw (GB/s) | busbw (GB/s) | rate vs torch.distributed | max error |\n| --- | --- | --- | --- | --- | --- |")
