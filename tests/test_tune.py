@@ -278,6 +278,18 @@ def test_a_candidate_with_another_output_is_never_kept(tmp_path, monkeypatch):
   assert any(r.wrong > 0 for r in tuned)
 
 
+def test_a_gather_is_tuned_with_its_declared_table_size_and_refused_without_it():
+  """The embedding's table index depends on the data (idx * 64 + c): its size comes from the entry's
+  declared shape (it was inferred as 2^38 elements and the tuner died); with no declaration the kernel is
+  not tunable, with a reason, and the run goes on."""
+  from uopc.tune.measure import NotTunable, kernel_data
+  k = program_kernels(load_checked(str(ROOT / "samples/models/embedding.uop")), "c", "e", "portable", SPACE_VERSION)[0]
+  data = kernel_data(k.sink, declared=dict(k.sizes))
+  assert data.inputs["table"].size == 1000 * 64 and data.inputs["idx"].size == 32
+  with pytest.raises(NotTunable, match="'table' is not declared and its index depends on data"):
+    kernel_data(k.sink)
+
+
 def test_mismatch_allows_reordered_sums_and_rejects_wrong_values():
   arg = Arg("out", "buffer", 0, dtypes.float32, None, True, False, None)
   data = KernelData([arg], {})

@@ -12,6 +12,7 @@ the same sinks), so the names it gives are those `--opts` pins and the sinks are
 from __future__ import annotations
 
 import hashlib
+import math
 from dataclasses import dataclass
 
 from uopc.diagnostics import CompileError
@@ -27,6 +28,7 @@ class Kernel:
   name: str
   sink: UOp
   key: str
+  sizes: tuple[tuple[int, int], ...] = ()  # (PARAM slot, elements) of the entry's buffers of known shape
 
 
 def load_checked(path: str) -> Module:
@@ -47,13 +49,14 @@ def kernel_key(sink: UOp, target: str, arch: str, space: int) -> str:
 def program_kernels(module: Module, target: str, lib: str, arch: str, space: int) -> list[Kernel]:
   """Every kernel of every entry, in build order (a repeated kernel once per name)."""
   from uopc.launcher import c_identifier, kernel_name
-  from uopc.pipeline import TENSOR_STAGES, PrintOptions, _with_unused_params, pipeline, run_kernel_stages
+  from uopc.pipeline import TENSOR_STAGES, PrintOptions, _declared_shapes, _with_unused_params, pipeline, run_kernel_stages
   stages = [s for s in pipeline(target) if s.name in TENSOR_STAGES]
   prefix = c_identifier(lib)
   out = []
   for e in module.entries:
     sinks = run_kernel_stages(stages, _with_unused_params(e), e.name, PrintOptions()).kernels if e.kind == "func" else (e.sink,)
-    out += [Kernel(kernel_name(prefix, e.name, i), s, kernel_key(s, target, arch, space)) for i, s in enumerate(sinks)]
+    sizes = tuple((slot, math.prod(shape)) for slot, shape in _declared_shapes(e)) if e.kind == "func" else ()
+    out += [Kernel(kernel_name(prefix, e.name, i), s, kernel_key(s, target, arch, space), sizes) for i, s in enumerate(sinks)]
   return out
 
 

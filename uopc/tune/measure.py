@@ -54,16 +54,26 @@ class Measurement:
   seconds: float   # the median
 
 
-def kernel_data(sink: UOp, seed: int = 0) -> KernelData:
+MAX_INFERRED = 1 << 28  # elements: a bound past this comes from data (a gather's index), not from the kernel
+
+
+def kernel_data(sink: UOp, seed: int = 0, declared: dict[int, int] | None = None) -> KernelData:
+  """Random inputs for the kernel's buffers: of their `declared` sizes (PARAM slot -> elements, the
+  entry's shapes), else as large as the kernel's indices into them reach."""
   graph = sink.toposort()
   if any(u.op is Ops.DEFINE_VAR for u in graph): raise NotTunable("it has run-time sizes (DEFINE_VARs)")
   args = entry_arguments(Entry(ENTRY, "kernel", sink))
+  declared = declared or {}
   sizes: dict[UOp, int] = {}
   for u in graph:
-    if u.op is Ops.INDEX and u.src[0].op is Ops.PARAM and isinstance(hi := u.src[1].vmax, int):
+    if u.op is Ops.INDEX and u.src[0].op is Ops.PARAM and u.src[0].arg[0] not in declared:
+      lo, hi = u.src[1].vmin, u.src[1].vmax
+      if not (isinstance(lo, int) and isinstance(hi, int)) or lo < 0 or hi >= MAX_INFERRED:
+        raise NotTunable(f"the size of buffer '{u.src[0].arg[1]}' is not declared and its index depends on data")
       sizes[u.src[0]] = max(sizes.get(u.src[0], 1), hi + 1)
   rng = np.random.default_rng(seed)
-  return KernelData(args, {a.name: _fill(rng, a.dtype, sizes.get(a.node, 1)) for a in args})
+  def size(a) -> int: return declared.get(a.node.arg[0], sizes.get(a.node, 1)) if a.node.op is Ops.PARAM else sizes.get(a.node, 1)
+  return KernelData(args, {a.name: _fill(rng, a.dtype, size(a)) for a in args})
 
 
 def _fill(rng: np.random.Generator, dt: DType, n: int) -> np.ndarray:

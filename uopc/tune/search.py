@@ -148,7 +148,7 @@ def _tune_kernel(ctx: _Context, k: Kernel, arch: str, entries: dict, deadline: f
   if not has_budget: return KernelReport(k.name, k.key, "no budget", "the run's budget was spent")
   if not all(is_axis(r) for r in kernel_axes(k.sink)): return KernelReport(k.name, k.key, "skipped", "its RANGEs have no axis types (a legacy kernel)")
   try:
-    data = kernel_data(k.sink)
+    data = kernel_data(k.sink, declared=dict(k.sizes))
   except NotTunable as e:
     return KernelReport(k.name, k.key, "skipped", str(e))
   return _Search(ctx, k, data, deadline).run(arch)
