@@ -881,11 +881,6 @@ def _thread_tasks(plan: _Planner, work: int) -> None:
                           AxisType.THREAD, top=True)
 
 
-GROUP_MIN = 256                   # reduce sizes from which a workgroup shares one reduction
-GROUP_SIZES = (256, 128, 64, 32)  # its threads: the first that divides the axes and leaves each thread 2 or more elements
-GROUP_UNROLL = 4                  # consecutive elements a thread reads at once (one 16-byte load of f32) where they divide
-
-
 TC_WARPS = ((1, (4, 2)), (0, (2,)))  # (tile axis after TC, LOCAL factors to try): warps per workgroup along n, then m
 
 
@@ -899,55 +894,18 @@ def _tensor_core_heuristics(plan: _Planner) -> bool:
 
 
 def _gpu_heuristics(plan: _Planner) -> None:
-  """A gemm of half-precision inputs goes on the tensor cores (`_tensor_core_heuristics`). A long reduction (GROUP_MIN or more) that no output axis reads contiguously (a row sum: one
-  thread per row reads its row with a stride) is shared by a workgroup (GROUP_REDUCE), whose threads
-  read consecutive runs of GROUP_UNROLL elements; the output elements go on the grid. Its sibling reductions (a fused
-  softmax's max and sum) are shared by the same threads, as are its sibling output loops (softmax's
-  division), 4-wide vectors per thread. Another reduction over output axes (a float32 gemm, a
-  convolution, attention's products) gets register tiles, unrolls and a workgroup over several output
-  axes (`uopc.stages.gpu_schedule`). Otherwise (elementwise) a workgroup along the contiguous output axis
-  (LOCAL) and 4-wide vectors per thread (UPCAST)."""
+  """A gemm of half-precision inputs goes on the tensor cores (`_tensor_core_heuristics`). A long row
+  reduction that no output axis reads contiguously (a row sum, softmax, layernorm) gets a workgroup
+  per row whose threads share the row's reductions and its sibling output loops, a number of threads
+  chosen from the row's length (`uopc.stages.gpu_rows`). Another reduction over output axes (a float32
+  gemm, a convolution, attention's products) gets register tiles, unrolls and a workgroup over several
+  output axes (`uopc.stages.gpu_schedule`). Otherwise (elementwise) a workgroup along the contiguous
+  output axis (LOCAL) and 4-wide vectors per thread (UPCAST)."""
   if _tensor_core_heuristics(plan): return
-  if threads := _group_reduce(plan):
-    for i in reversed(plan.axes(AxisType.LOOP)):
-      plan.split_by_first(i, (4,), AxisType.UPCAST)
-      plan.split_by_first(i, (threads,), AxisType.LOCAL)
-    return
-  from uopc.stages.gpu_schedule import tiled_reduction  # it builds on this module's helpers
-  if tiled_reduction(plan): return
+  from uopc.stages.gpu_rows import row_reduction  # these build on this module's helpers
+  from uopc.stages.gpu_schedule import tiled_reduction
+  if row_reduction(plan) or tiled_reduction(plan): return
   inner = _contiguous_output(plan)
   if inner is None: return
   plan.split_by_first(inner, (4,), AxisType.UPCAST)
   plan.split_by_first(inner, (256, 128, 64, 32, 16, 8, 4, 2), AxisType.LOCAL)
-
-
-def _group_reduce(plan: _Planner) -> int:
-  """Split the long reduce axes whose reads no output axis makes contiguous into GROUP_REDUCE threads
-  (see _gpu_heuristics): the best one, preferring one that the reads walk contiguously, and its
-  siblings, all into the same number of threads; that number, or 0."""
-  axes = kernel_axes(plan.sink)
-  outputs = {axes[i] for i in plan.axes(AxisType.GLOBAL)}
-  forms = [f[0] for u in _memory_ops(plan.sink) if u.op is Ops.LOAD and _is_global(root_buffer(u.src[0]))
-           and (f := affine(u.src[0].src[1])) is not None]
-  def unit(c: UOp) -> bool: return c.op is Ops.CONST and c.arg == 1
-  def candidate(i: int) -> bool:
-    size, reads = plan.size(i), [f for f in forms if axes[i] in f]
-    return isinstance(size, int) and size >= GROUP_MIN and not any(unit(c) for f in reads for r, c in f.items() if r in outputs)
-  long = [i for i in plan.axes(AxisType.REDUCE) if candidate(i)]
-  if not long: return 0
-  best = max(long, key=lambda i: (any(unit(f[axes[i]]) for f in forms if axes[i] in f), plan.size(i)))
-  near = nested_with(plan.sink)
-  shared = [i for i in long if i == best or axes[i] not in near.get(axes[best], frozenset())]
-  threads = next((k for k in GROUP_SIZES if all(plan.size(i) % k == 0 and plan.size(i) // k >= 2 for i in shared)), 0)
-  if not threads and not plan.axes(AxisType.GLOBAL):
-    # a kernel with no output axes (a whole-tensor reduction: a loss) would run on one thread: pad its long
-    # axes to a multiple of the group instead (masked iterations leave the accumulators as they are)
-    threads = next((k for k in GROUP_SIZES if all(plan.size(i) // k >= 2 for i in shared)), 0)
-    for i in shared:
-      if threads and plan.size(i) % threads: plan.apply(Opt(OptOp.PADTO, i, threads))
-  if not threads: return 0
-  done = []
-  for i in sorted(shared, reverse=True):  # from the last axis: a split renumbers only the axes after it
-    if plan.size(i) % (GROUP_UNROLL * threads) == 0: plan.split_by_first(i, (GROUP_UNROLL,), AxisType.UNROLL)
-    done.append(plan.split_by_first(i, (threads,), AxisType.GROUP_REDUCE))
-  return threads if any(done) else 0
