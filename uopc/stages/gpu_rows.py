@@ -85,7 +85,7 @@ def _pad(plan: _Planner, axes: list[int], cap: int) -> tuple[int, int]:
   if not t: return 1, 0
   def up(n: int, m: int) -> int: return -(-n // m) * m
   v = GROUP_UNROLL if all(up(plan.size(i), GROUP_UNROLL * t) == up(plan.size(i), t) for i in axes) else 1
-  for i in axes: plan.apply(Opt(OptOp.PADTO, i, v * t))
+  for i in sorted(axes): plan.apply(Opt(OptOp.PADTO, i, v * t))
   return v, t
 
 

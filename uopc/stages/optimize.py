@@ -326,16 +326,51 @@ def _at_least(a: UOp, b: UOp) -> bool:
   return a is b or (a.vmin is not None and b.vmax is not None and a.vmin >= b.vmax)
 
 
-def injective_in(address: UOp, r: UOp) -> bool:
+def injective_in(address: UOp, r: UOp, gates: tuple[UOp, ...] = ()) -> bool:
   """Different values of range r never give the same address: address is affine in its ranges, r's
   coefficient is not 0, and the terms form a mixed radix (each coefficient at least the previous
-  coefficient times the previous range's size), so the map from range values to addresses is one to one."""
+  coefficient times the previous range's size), so the map from range values to addresses is one to one.
+  `gates` are conditions `e < n` that hold where the access happens (a padded axis's mask, `e` affine):
+  where the address is c * e plus terms in other ranges, e counts as one range of size n there (if r
+  is one of e's ranges, e must be injective in r too)."""
   form = affine(address)
   if form is None: return False
-  terms = [(x, c) for x, c in form[0].items() if not (c.op is Ops.CONST and c.arg == 0)]
-  if r not in (x for x, _ in terms) or any(c.vmin is None or c.vmin < 1 for _, c in terms): return False
-  terms.sort(key=lambda t: (t[1].vmin, t[1].vmax, t[0].arg[0] if isinstance(t[0].arg, tuple) else 0))
-  return all(_at_least(c, pc.alu(Ops.MUL, px.src[0])) for (px, pc), (_, c) in zip(terms, terms[1:]))
+  terms = {x: c for x, c in form[0].items() if not (c.op is Ops.CONST and c.arg == 0)}
+  for gate in gates:
+    if (merged := _merge_gated(terms, gate)) is not None and (r not in merged[1] or injective_in(gate.src[0], r)):
+      terms, r = merged[0], merged[2] if r in merged[1] else r
+  return _mixed_radix(terms, r)
+
+
+def _mixed_radix(terms: Mapping[UOp, UOp], r: UOp) -> bool:
+  if r not in terms or any(c.vmin is None or c.vmin < 1 for c in terms.values()): return False
+  order = sorted(terms.items(), key=lambda t: (t[1].vmin, t[1].vmax, t[0].arg[0] if isinstance(t[0].arg, tuple) else 0))
+  return all(_at_least(c, pc.alu(Ops.MUL, px.src[0])) for (px, pc), (_, c) in zip(order, order[1:]))
+
+
+def _merge_gated(terms: Mapping[UOp, UOp], gate: UOp) -> tuple[dict[UOp, UOp], frozenset, UOp] | None:
+  """For a gate `e < n` whose ranges appear in `terms` as c times e's coefficients (constants): the
+  terms with e's replaced by one range of size n (coefficient c), e's ranges, and that range."""
+  form = affine(gate.src[0])
+  if form is None or not form[0] or not all(c.op is Ops.CONST and c.arg > 0 for c in form[0].values()): return None
+  first, k = next(iter(form[0].items()))
+  if first not in terms or terms[first].op is not Ops.CONST or terms[first].arg % k.arg: return None
+  c = terms[first].arg // k.arg
+  if any(terms.get(x) is None or terms[x].op is not Ops.CONST or terms[x].arg != c * v.arg for x, v in form[0].items()): return None
+  whole = UOp(Ops.RANGE, dtypes.index, (gate.src[1],), (-1, gate.src[0]))  # a stand-in, never in a kernel
+  out = {x: v for x, v in terms.items() if x not in form[0]}
+  out[whole] = UOp.const(dtypes.index, c)
+  return out, frozenset(form[0]), whole
+
+
+def store_gates(st: UOp) -> tuple[UOp, ...]:
+  """The conditions `e < n` (n a constant) among the AND of a gated STORE's gate (PADTO's mask)."""
+  out, todo = [], [st.src[2]] if st.op is Ops.STORE and len(st.src) == 3 else []
+  while todo:
+    g = todo.pop()
+    if g.op is Ops.AND: todo += g.src
+    elif g.op is Ops.CMPLT and g.src[1].op is Ops.CONST and g.src[1].arg > 0: out.append(g)
+  return tuple(out)
 
 
 def parallel_axes(sink: UOp) -> set[UOp]:
@@ -354,7 +389,7 @@ def parallel_axes(sink: UOp) -> set[UOp]:
   for u in mem:
     buf = root_buffer(u.src[0])
     if not _is_global(buf): private.setdefault(buf, []).append(u)
-    elif u.op is Ops.STORE: candidates &= {r for r in scope[u] if injective_in(u.src[0].src[1], r)}
+    elif u.op is Ops.STORE: candidates &= {r for r in scope[u] if injective_in(u.src[0].src[1], r, store_gates(u))}
   for ops in private.values():  # a REG/LOCAL buffer written inside an axis is used inside it only ...
     inside_all = frozenset.intersection(*(scope[u] for u in ops))
     candidates -= frozenset().union(*(scope[u] for u in ops if u.op is Ops.STORE)) - inside_all
