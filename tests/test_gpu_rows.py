@@ -12,6 +12,7 @@ import numpy as np
 import pytest
 
 from test_cuda_ptx import needs_ptxas, ptxas_accepts
+from test_group_reduce import row_reduce
 from test_tensor_programs import Func, layernorm, np_layernorm, np_softmax, softmax
 from uopc.driver import BuildOptions, build
 from uopc.dtype import dtypes
@@ -109,7 +110,7 @@ def test_nested_loss_matches_numpy(tmp_path, target):
 @needs_ptxas
 @pytest.mark.parametrize("arch", ["sm_80", "sm_90"])
 def test_ptxas_accepts_the_row_kernels(tmp_path, arch):
-  funcs = [layernorm(64, 768), softmax(256, 1000), softmax(8, 1021), nested_loss(32, 1000)]
+  funcs = [layernorm(64, 768), softmax(256, 1000), softmax(8, 1021), nested_loss(32, 1000), row_reduce(768, 64, "MAX")]
   funcs[2].name = "softmax_prime"
   (tmp_path / "rows.uop").write_text("".join(f.text() for f in funcs))
   build(tmp_path / "rows.uop", BuildOptions(target="cuda", out_dir=tmp_path, emit=("ptx",)))
@@ -131,3 +132,45 @@ def test_a_padded_output_loop_stays_parallel_through_its_gate():
   assert not any(injective_in(address, r, gate(1022)) for r in (g, loop, u))
   assert not injective_in(address, g) and not injective_in(address, loop)
   assert injective_in(inner, u) and injective_in(inner, loop)
+
+
+# ---- short rows and window sums (uopc.stages.gpu_schedule) ------------------------------------------------
+
+
+def test_few_short_rows_are_shared_by_threads_of_one_16_byte_run_each():
+  """768 rows of 64 (attention's softmax over 64 keys, 12 heads x 64 queries): 16 threads per row, 8
+  rows a workgroup (was one thread per row, 768 threads); 16384 rows keep a thread per row."""
+  assert optimized(row_reduce(768, 64, "MAX")) == [("g96 l8 G16 r4", "SPLIT(1,16,G,top),SPLIT(0,8,l),SPLIT(3,4,r)")]
+  assert optimized(row_reduce(16384, 64, "MAX")) == [("g1024 l16 R16 r4", "SPLIT(0,16,l),SPLIT(2,4,r)")]
+
+
+@pytest.mark.parametrize("target", ["cuda", "amd", "metal"])
+def test_short_rows_match_numpy(tmp_path, target):
+  x = np.random.default_rng(11).standard_normal((96, 64)).astype(np.float32)
+  np.testing.assert_allclose(emulated(row_reduce(96, 64, "ADD"), tmp_path, {"x": x}, target), x.astype(np.float64).sum(1, keepdims=True),
+                             rtol=1e-5, atol=1e-5)
+  x[5] = -np.inf
+  np.testing.assert_array_equal(emulated(row_reduce(96, 64, "MAX"), tmp_path, {"x": x}, target), x.max(1, keepdims=True))
+
+
+def _cumsum(rows: int, n: int) -> Func:
+  """tinygrad's cumsum, exported: a window sum over blocks of 256 of the padded row, then the blocks' offsets."""
+  tinygrad = pytest.importorskip("tinygrad", reason="tinygrad 0.14 is not installed (pip install -e '.[test]')")
+  import uopc
+  f = Func("cumsum")
+  f.text = lambda: uopc.export(lambda x: x.cumsum(-1), tinygrad.Tensor.empty(rows, n), name="cumsum")  # type: ignore[method-assign]
+  return f
+
+
+def test_a_window_sum_over_a_padded_row_takes_a_thread_per_output():
+  """tinygrad's cumsum of 64 x 1000: each output's 256-wide window is gated lane by lane, so a 4-wide
+  tile saves no load; a thread per output instead, 64 along the row (was 4 outputs a thread, 16 threads)."""
+  kernels = optimized(_cumsum(64, 1000))
+  assert kernels[0] == ("g64 g2 l2 g4 l64 R64 r4", "SPLIT(2,64,l),SPLIT(1,2,l),SPLIT(5,4,r)")
+  assert "u" not in kernels[1][0]
+
+
+@pytest.mark.parametrize("target", ["cuda", "metal"])
+def test_cumsum_matches_numpy(tmp_path, target):
+  x = np.random.default_rng(12).standard_normal((4, 600)).astype(np.float32)
+  np.testing.assert_allclose(emulated(_cumsum(4, 600), tmp_path, {"x": x}, target), np.cumsum(x.astype(np.float64), 1), rtol=1e-4, atol=1e-4)

@@ -82,8 +82,9 @@ def test_gpu_heuristics_keep_threads_per_output_where_outputs_read_contiguously_
   assert _heuristics(gemm(64, 1024, 64)) == ["SPLIT(1,2,u),SPLIT(3,8,G,top),SPLIT(1,16,l),SPLIT(5,4,r)"]
   # column max: threads along the columns (coalesced), 16 of them sharing each column's 1024 rows in blocks
   assert _heuristics(reduction(1024, 512, "MAX", 0)) == ["SPLIT(1,16,G,top),SPLIT(0,8,l),SPLIT(3,4,r)"]
-  # too short for a workgroup per row; 64 outputs are few threads, so 2 share each (64 elements each)
-  assert _heuristics(row_reduce(64, 128, "ADD")) == ["SPLIT(1,2,G,top),SPLIT(0,16,l),SPLIT(3,4,r)"]
+  # too short for a workgroup per row; 64 outputs are few threads and nothing is tiled, so 16 share each
+  # row, 8 consecutive elements (two 16-byte loads) each, 8 rows a workgroup
+  assert _heuristics(row_reduce(64, 128, "ADD")) == ["SPLIT(1,16,G,top),SPLIT(0,8,l),SPLIT(3,4,r)"]
 
 
 # ---- the opt and its refusals --------------------------------------------------------------------------
