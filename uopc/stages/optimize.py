@@ -6,7 +6,9 @@ kernel as letters and sizes, `g16 l8 R64 u4`, as `--print-after optimize` prints
 
 Typing. Rangeify makes every output axis a LOOP. An axis is *parallel* when its iterations are
 independent, which is proven, not assumed: every global STORE lies inside it at an address that is an
-injective affine function of the loops around it (so two iterations never write the same element),
+injective affine function of the loops around it (so two iterations never write the same element;
+where the STORE's gate keeps an affine part e of the address below n, as PADTO's mask does, e counts
+as one loop of size n),
 no global buffer is both written and read (except in place, at the very address written), and every
 REG/LOCAL buffer written inside it is used inside it only, written before it is read (so it carries
 nothing between iterations; one written before the axis and only read inside it is shared, like a
