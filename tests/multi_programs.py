@@ -1,5 +1,6 @@
 """Multi-device programs for the tests (and samples/collectives.uop): seed 000's seven collectives written
-as its compositions, tinygrad's ALLREDUCE form, and a tensor-parallel MLP, each with its numpy meaning.
+as its compositions, tinygrad's ALLREDUCE form (also `allreduce_text`: any size, op and dtype), and a
+tensor-parallel MLP, each with its numpy meaning.
 
 `collectives(n, s)` gives a module text of n devices whose shards hold s elements, and per entry the
 logical inputs and a function of them giving the expected logical outputs. Sharded buffers are split
@@ -173,3 +174,13 @@ def tp_mlp(n: int, batch: int = 3, d_in: int = 5, hidden: int = 8, d_out: int = 
   p.lines.append(f"  STORE({out}, {p.let('y3', f'ADD({y}, {b2p})')})")
   p.expect = lambda x, b1, w2, b2, **w: {"out": np.maximum(x.reshape(batch, d_in) @ w1 + b1, 0) @ w2 + b2}
   return p
+
+
+def allreduce_text(name: str, n: int, s: int, op: str = "ADD", dt: str = "f32") -> str:
+  """tinygrad's ALLREDUCE form over n devices of s elements each (any dtype and op): the devices' shards
+  stacked, ALLREDUCE, each device's copy stored as its row of out (x_dev<j> in, out_dev<j> out)."""
+  sel = "".join(f"  %m{j} = MSELECT(%x) {{{j}}}\n" for j in range(n))
+  return (f'func {name} {{\n  %x = PARAM([{n * s}]) {{(0, "x", {devices(n)})}} : {dt}\n'
+          f'  %out = PARAM([{n}, {s}]) {{(1, "out", {devices(n)})}} : {dt}\n{sel}'
+          f'  %st = MSTACK({", ".join(f"%m{j}" for j in range(n))})\n  %ar = ALLREDUCE(%st) {{({op}, {devices(n)})}}\n'
+          f'  %r = RESHAPE(%ar, [1, {s}])\n  %e = EXPAND(%r, [{n}, {s}])\n  STORE(%out, %e)\n}}\n')

@@ -1,115 +1,135 @@
-"""The CUDA launcher's multi-device entries without a GPU: the library runs against a stub `libcuda.so.1`
-(written here, in C, loaded in a child process so no other test meets it) that records what it is asked:
-each launch's kernel and stream, the events recorded and waited for, peer access, the context stack.
-Checked: every launch runs on its device's stream, in the schedule's order across streams, copies on
-the destination's stream after the source's work, contexts pushed and popped in pairs, and two logical
-devices given one stream need no event and no peer access."""
+"""The CUDA launcher's multi-device entries without a GPU, against a fake libcuda.so.1 (tests/fake_cuda.py:
+host memory as device memory, every call recorded). Checked: every operation (a kernel launch or a copy)
+runs on its device's stream in its pushed context, in the schedule's order across streams, the first
+after the work queued on every stream before the call, and every stream waits for the last; copies of a
+contiguous range are cuMemcpyPeerAsync between the two contexts (cuMemcpyDtoDAsync within one) moving
+the right bytes; each device's workspace is allocated and freed on its own stream in its own context;
+two logical devices given one stream need no event and no peer access. The generated C compiles with
+the system C compiler, warnings as errors."""
 from __future__ import annotations
 
-import json
 import pathlib
 import subprocess
 import sys
 
+import numpy as np
 import pytest
 
 sys.path.insert(0, str(pathlib.Path(__file__).parent))
-from multi_programs import collectives  # noqa: E402
+from fake_cuda import build_fakes, call  # noqa: E402
+from multi_programs import collectives, tp_mlp  # noqa: E402
 
 from uopc.driver import BuildOptions, build  # noqa: E402
 from uopc.frontend import parse_source  # noqa: E402
 from uopc.pipeline import compile_module  # noqa: E402
-
-STUB = r"""
-#include <stdio.h>
-#include <string.h>
-typedef int CUresult;
-typedef void* P;
-static char names[4096][128]; static int n_names;
-static char log_[1 << 16]; static int len_;
-static int depth;
-#define LOG(...) (len_ += snprintf(log_ + len_, sizeof log_ - len_, __VA_ARGS__))
-const char* stub_log(void) { return log_; }
-int stub_depth(void) { return depth; }
-CUresult cuInit(unsigned f) { (void)f; return 0; }
-CUresult cuCtxGetCurrent(P* c) { *c = (P)1; return 0; }
-CUresult cuModuleLoadData(P* m, const void* image) { (void)image; *m = (P)1; return 0; }
-CUresult cuModuleGetFunction(P* f, P m, const char* name) {
-  (void)m; strncpy(names[n_names], name, 127); *f = (P)(long)(++n_names); return 0; }
-CUresult cuLaunchKernel(P f, unsigned gx, unsigned gy, unsigned gz, unsigned bx, unsigned by, unsigned bz, unsigned shm,
-                        P stream, void** args, void** extra) {
-  (void)gx; (void)gy; (void)gz; (void)bx; (void)by; (void)bz; (void)shm; (void)args; (void)extra;
-  LOG("[\"launch\", \"%s\", %ld, %d],", names[(long)f - 1], (long)stream, depth); return 0; }
-CUresult cuMemAllocAsync(unsigned long long* p, size_t n, P s) { (void)n; *p = 4096; LOG("[\"alloc\", %ld],", (long)s); return 0; }
-CUresult cuMemFreeAsync(unsigned long long p, P s) { (void)p; LOG("[\"free\", %ld],", (long)s); return 0; }
-CUresult cuGetErrorString(CUresult e, const char** m) { (void)e; *m = "stub"; return 0; }
-CUresult cuStreamGetCtx(P s, P* c) { *c = (P)(100 + (long)s); return 0; }
-CUresult cuCtxPushCurrent_v2(P c) { (void)c; depth++; return 0; }
-CUresult cuCtxPopCurrent_v2(P* c) { *c = NULL; depth--; return 0; }
-CUresult cuCtxEnablePeerAccess(P c, unsigned f) { (void)f; LOG("[\"peer\", %ld],", (long)c - 100); return 0; }
-static long recorded[4096]; static int n_events;
-CUresult cuEventCreate(P* e, unsigned f) { (void)f; *e = (P)(long)(++n_events); return 0; }
-CUresult cuEventRecord(P e, P s) { recorded[(long)e] = (long)s; return 0; }
-CUresult cuEventDestroy_v2(P e) { (void)e; return 0; }
-CUresult cuStreamWaitEvent(P s, P e, unsigned f) { (void)f; LOG("[\"wait\", %ld, %ld],", (long)s, recorded[(long)e]); return 0; }
-"""
-
-CHILD = r"""
-import ctypes, json, sys
-stub = ctypes.CDLL(sys.argv[1], mode=ctypes.RTLD_GLOBAL)
-lib = ctypes.CDLL(sys.argv[2])
-fn = getattr(lib, "multi_" + sys.argv[3])
-nbuf, streams = int(sys.argv[4]), [int(s) for s in sys.argv[5:]]
-status = fn(*[ctypes.c_void_p(4096 * (i + 1)) for i in range(nbuf)], *[ctypes.c_void_p(s) for s in streams])
-stub.stub_log.restype = ctypes.c_char_p
-print(json.dumps({"status": status, "depth": stub.stub_depth(), "log": json.loads("[" + stub.stub_log().decode().rstrip(",") + "]")}))
-"""
+from uopc.run import entry_arguments, prepare_arrays  # noqa: E402
+from uopc.stages.multi_device import lower_entry  # noqa: E402
 
 
 @pytest.fixture(scope="module")
 def built(tmp_path_factory):
   d = tmp_path_factory.mktemp("cuda_multi")
-  (d / "stub.c").write_text(STUB)
-  subprocess.run(["cc", "-shared", "-fPIC", "-Wl,-soname,libcuda.so.1", "-o", str(d / "libcuda.so.1"), str(d / "stub.c")], check=True)
-  progs = collectives(2, 4)
+  progs = {p.name: p for p in collectives(2, 4) + [tp_mlp(2)]}
   path = d / "multi.uop"
-  path.write_text("".join(p.text() for p in progs))
+  path.write_text("".join(p.text() for p in progs.values()))
   build(path, BuildOptions(target="cuda", out_dir=d / "out"))
-  entries = {e.name: e for e in compile_module(parse_source(path.read_text(), str(path)), "cuda", "multi")}
-  return d, entries
+  module = parse_source(path.read_text(), str(path))
+  entries = {e.name: e for e in compile_module(module, "cuda", "multi")}
+  return {"dir": d, "fakes": build_fakes(d), "lib": d / "out" / "libmulti.so", "entries": entries, "progs": progs, "module": module}
 
 
-def run(built, entry: str, streams: list[int]) -> dict:
-  d, entries = built
-  nbuf = len({b.slot for ln in entries[entry].launches for _, b in ln.binds if b.is_arg})
-  done = subprocess.run([sys.executable, "-c", CHILD, str(d / "libcuda.so.1"), str(d / "out" / "libmulti.so"), entry, str(nbuf),
-                         *map(str, streams)], capture_output=True, text=True)
-  assert done.returncode == 0, done.stderr
-  return json.loads(done.stdout)
+def arguments(module, prog) -> tuple[list[str], dict[str, np.ndarray]]:
+  """The entry's buffer argument names in order and their arrays (inputs split per device, outputs zeros)."""
+  from multi_programs import shard
+  entry, _ = lower_entry(module.entry(prog.name), module)
+  inputs = {}
+  for name, (a, sharded) in prog.inputs.items(): inputs |= shard(name, a, prog.n) if sharded else {name: a}
+  args = entry_arguments(entry)
+  arrays = prepare_arrays(module, args, inputs, {}, None)
+  return [a.name for a in args if a.kind == "buffer"], arrays
 
 
-@pytest.mark.parametrize("entry", ["gather", "reduce_scatter", "allreduce"])
-def test_launches_run_on_their_devices_stream_in_schedule_order(built, entry):
-  _, entries = built
-  got = run(built, entry, [1, 2])
-  assert got["status"] == 0 and got["depth"] == 0
-  assert ["peer", 2] in got["log"] and ["peer", 1] in got["log"]  # the two contexts see each other's memory
-  launches = [x for x in got["log"] if x[0] == "launch"]
-  schedule = entries[entry].launches
-  assert len(launches) == len(schedule)
+def run(built, entry: str, streams: list[int], **kw) -> dict:
+  names, arrays = arguments(built["module"], built["progs"][entry])
+  got = call(built["fakes"], built["lib"], "multi", entry, [(arrays[n].ravel(), arrays[n].dtype.name) for n in names], streams, **kw)
+  got["names"] = names
+  return got
+
+
+def ops(log: list) -> list:
+  return [x for x in log if x[0] in ("launch", "copy")]
+
+
+@pytest.mark.parametrize("entry", ["gather", "reduce_scatter", "allreduce", "tp_mlp"])
+def test_operations_run_on_their_devices_stream_in_schedule_order(built, entry):
+  got = run(built, entry, [1, 2], nccl=False)
+  assert got["status"] == 0 and got["depth"] == 0, got["message"]
+  log, schedule = got["log"], built["entries"][entry].launches
+  assert ["peer", 102] in log and ["peer", 101] in log  # the two contexts see each other's memory
   stream_of = {"CPU:0": 1, "CPU:1": 2}
-  prev = 1 if entries[entry].workspace else None
+  assert len(ops(log)) == len(schedule)
+  prev = None
+  for ln, op in zip(schedule, ops(log)):
+    stream = stream_of[ln.device]
+    if ln.copy is None: assert op[0] == "launch" and op[2:] == [stream, 1]  # its device's stream, its context pushed
+    else: assert op[:2] == ["copy", "peer"] and op[3] == 100 + stream and op[7] == stream  # into its context, on its stream
+    before = log[:log.index(op)]
+    if prev is None: assert ["wait", stream, 3 - stream] in before  # the first waits for what the other stream had queued
+    elif prev != stream: assert before[-1] == ["wait", stream, prev]  # a switch of stream waits for the previous one's work
+    prev = stream
+  tail = log[log.index(ops(log)[-1]) + 1:]
+  assert ["wait", 3 - prev, prev] in tail  # every stream waits for the last operation
+  assert any(ln.copy for ln in schedule)  # the schedule has copies, run on the destination's stream
+
+
+def test_contiguous_copies_move_the_bytes_the_schedule_names(built):
+  got = run(built, "scatter", [1, 2], nccl=False)
+  assert got["status"] == 0
+  (copy,) = [x for x in got["log"] if x[0] == "copy"]
+  x, out1 = got["names"].index("x"), got["names"].index("out_dev1")
+  assert copy == ["copy", "peer", got["pointers"][out1], 102, got["pointers"][x] + 16, 101, 16, 2]  # x[4:8] into out_dev1
+  want = built["progs"]["scatter"].inputs["x"][0][4:]
+  np.testing.assert_array_equal(np.float32(got["arrays"][out1]), want)  # moved for real by the fake
+
+
+def test_each_device_has_its_own_workspace_on_its_stream(built):
+  got = run(built, "tp_mlp", [1, 2], nccl=False)
+  assert got["status"] == 0
   log = got["log"]
-  for ln, launch in zip(schedule, launches):
-    assert launch[2] == stream_of[ln.device] and launch[3] == 1  # its device's stream, in its pushed context
-    if prev is not None and prev != launch[2]:  # a switch of stream waits for the previous stream's work
-      assert log[log.index(launch) - 1] == ["wait", launch[2], prev]
-    prev = launch[2]
-  assert any(ln.peers for ln in schedule)  # the schedule has copies, run on the destination's stream
+  allocs, frees = [x for x in log if x[0] == "alloc"], [x for x in log if x[0] == "free"]
+  assert sorted((s, ctx) for _, s, ctx, _, _ in allocs) == [(1, 101), (2, 102)] == sorted((s, ctx) for _, s, ctx in frees)
+  last = log.index(ops(log)[-1])
+  assert all(log.index(a) < log.index(ops(log)[0]) for a in allocs) and all(log.index(f) > last for f in frees)
+  spans = {d: size for d, _, size in built["entries"]["tp_mlp"].workspace.devices}
+  assert {s: size for _, s, _, size, _ in allocs} == {1: spans["CPU:0"], 2: spans["CPU:1"]}
 
 
 def test_two_logical_devices_on_one_stream_need_no_events(built):
-  got = run(built, "allreduce", [7, 7])
+  got = run(built, "allreduce", [7, 7], nccl=False)
   assert got["status"] == 0 and got["depth"] == 0
   assert not [x for x in got["log"] if x[0] in ("wait", "peer")]
   assert {x[2] for x in got["log"] if x[0] == "launch"} == {7}
+  assert {x[1] for x in got["log"] if x[0] == "copy"} == {"dtod"}  # one context: device to device
+
+
+def test_the_launcher_compiles_cleanly_with_the_system_compiler(built):
+  source = built["dir"] / "out" / "multi_cuda.c"
+  for std in ("c99", "c11"):
+    done = subprocess.run(["cc", f"-std={std}", "-Wall", "-Wextra", "-Werror", "-Wno-unused-parameter", "-fPIC", "-shared", "-fvisibility=hidden",
+                           str(source), "-o", str(built["dir"] / f"check_{std}.so"), "-ldl", "-lpthread"], capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr[:4000]
+
+
+def test_names_that_close_a_comment_stay_inside_it(tmp_path):
+  """Buffer and device names are written into the header's and launcher's comments: `*/` and newlines in
+  them must not end those comments (the C compiler, run by the build, would fail)."""
+  devs = '("D*/0", "D\\n*/1")'
+  text = (f'func ar {{\n  %x = PARAM([8]) {{(0, "x*/y", {devs})}} : f32\n  %out = PARAM([2, 4]) {{(1, "o*/", {devs})}} : f32\n'
+          f'  %m0 = MSELECT(%x) {{0}}\n  %m1 = MSELECT(%x) {{1}}\n  %st = MSTACK(%m0, %m1)\n  %a = ALLREDUCE(%st) {{(ADD, {devs})}}\n'
+          '  %r = RESHAPE(%a, [1, 4])\n  %e = EXPAND(%r, [2, 4])\n  STORE(%out, %e)\n}\n')
+  path = tmp_path / "hostile.uop"
+  path.write_text(text)
+  for target in ("cuda", "c"):
+    build(path, BuildOptions(target=target, out_dir=tmp_path / target))
+    assert (tmp_path / target / "libhostile.so").exists()
+  assert "D* /0" in (tmp_path / "cuda" / "hostile.h").read_text()

@@ -16,6 +16,8 @@ import numpy as np
 import pytest
 
 import uopc.pipeline
+import uopc.stages.optimize
+from uopc.stages.optimize import optimize as real_optimize
 from test_amd_codeobj import LLVM_MC, needs_llvm_mc
 from gpu_samples import call
 from test_cuda_gpu import gpu  # noqa: F401 (a fixture)
@@ -45,11 +47,18 @@ def row_reduce(rows: int, n: int, op: str, dtype: str = "f32") -> Func:
 def emulated(tmp_path, monkeypatch, f: Func, inputs: dict[str, np.ndarray], opts: str | None, target: str = "cuda") -> dict:
   """f's buffers after its kernels ran in the emulator as -t target lowers them, with `opts` pinned on
   its first kernel (None: the heuristics)."""
-  schedule = parse_schedule([f"{f.name}__{f.name}_k0:{opts}"]) if opts is not None else None
+  schedule = parse_schedule([f"{f.name}_k0:{opts}"]) if opts is not None else None
+  used = []
+  def optimize(sink, name, caps, pinned=None, relocate=lambda old, new: None):
+    used.append(pinned)
+    return real_optimize(sink, name, caps, pinned, relocate)
   monkeypatch.setattr(uopc.pipeline, "pipeline", functools.partial(uopc.pipeline.pipeline, schedule=schedule))
+  monkeypatch.setattr(uopc.stages.optimize, "optimize", optimize)
   path = tmp_path / f"{f.name}.uop"
   path.write_text(f.text())
-  return run_file(path, target=target, inputs=inputs, emulated=True).arrays
+  arrays = run_file(path, target=target, inputs=inputs, emulated=True).arrays
+  assert schedule is None or used[0] == schedule[f"{f.name}_k0"], "the pinned opts did not reach the kernel"
+  return arrays
 
 
 def lowered(f: Func, opts: str, caps=GPU):
@@ -127,7 +136,7 @@ def test_upcast_outputs_share_one_local_buffer_lane_by_lane():
 # ---- results in the emulator --------------------------------------------------------------------------
 
 OPTS = [None, "SPLIT(1,32,G)", "SPLIT(1,32,G,top)", "SPLIT(1,16,G),SPLIT(0,4,u)", "SPLIT(1,16,G),SPLIT(1,4,r)",
-        "SPLIT(1,64,G),SPLIT(2,2,r)", "SPLIT(1,8,G),SPLIT(0,2,l)", "SPLIT(1,512,G)"]
+        "SPLIT(1,64,G),SPLIT(2,2,r)", "SPLIT(1,8,G),SPLIT(0,2,l)", "SPLIT(1,256,G)"]
 
 
 @pytest.mark.parametrize("opts", OPTS)

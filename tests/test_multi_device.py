@@ -2,7 +2,7 @@
 and 4 devices and a tensor-parallel MLP, built with -t c (and -t llvm), called through ctypes with one
 buffer per device shard and checked against numpy; the same programs in the emulator; uneven shapes
 refused with located errors; the header and metadata naming the per-device arguments; the PTX of the
-collectives accepted by ptxas.
+collectives accepted by ptxas. (On real GPUs: test_multi_gpu.py.)
 """
 from __future__ import annotations
 
@@ -172,34 +172,3 @@ def test_a_whole_copy_meets_a_sharded_value_and_a_buffer_updates_in_place(tmp_pa
   entry, args, arrays = _arrays(module, p)
   call_entry(lib, _LIB, entry.name, args, arrays, {})
   _check(p, arrays)
-
-
-@pytest.mark.gpu
-def test_collectives_on_one_gpu_as_several_logical_devices(tmp_path):
-  """-t cuda on a real GPU: every device's shards on GPU 0, one stream (the default) for all of them,
-  results against numpy (`make test-gpu`)."""
-  from test_cuda_gpu import Driver
-  from uopc.run import _EntryInfo
-  try:
-    gpu = Driver()
-  except (OSError, RuntimeError) as e:
-    pytest.skip(f"no usable CUDA GPU: {e}")
-  progs = collectives(2, 4) + collectives(3, 6) + [tp_mlp(2, hidden=4)]
-  for n in (2, 3):
-    group = [p for p in progs if p.n == n]
-    path, module = _module(tmp_path, group, f"multi{n}")
-    lib = ctypes.CDLL(str(build_library(path, "cuda", tmp_path / f"cuda{n}")))
-    info_fn = getattr(lib, f"{_LIB}_entry_info")
-    info_fn.restype = ctypes.POINTER(_EntryInfo)
-    find = getattr(lib, f"{_LIB}_find_entry")
-    for p in group:
-      entry, args, arrays = _arrays(module, p)
-      info = info_fn(find(p.name.encode())).contents
-      names = [info.args[i].name.decode() for i in range(info.num_args)]
-      ptrs = {name: gpu.upload(arrays[name]) for name in names}
-      fn = getattr(lib, f"{_LIB}_{p.name}")
-      fn.argtypes = [ctypes.c_uint64] * len(names) + [ctypes.c_void_p] * p.n
-      assert fn(*[ptrs[name] for name in names], *([None] * p.n)) == 0
-      for name in names: arrays[name] = gpu.download(ptrs[name], arrays[name])
-      for ptr in ptrs.values(): gpu.free(ptr)
-      _check(p, arrays)

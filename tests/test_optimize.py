@@ -21,7 +21,7 @@ from uopc.frontend import parse_source
 from uopc.launcher import kernel_name
 from uopc.ops import AxisType, Ops
 from uopc.stages.callify import callify
-from uopc.stages.optimize import (Opt, OptError, OptOp, apply_opt, apply_opts, format_axes, heuristic_opts, kernel_axes, parallel_axes,
+from uopc.stages.optimize import (KernelSchedule, Opt, OptError, OptOp, apply_opt, apply_opts, format_axes, heuristic_opts, kernel_axes, parallel_axes,
                                   parse_opts, parse_schedule, target_caps, type_axes)
 from uopc.stages.rangeify import rangeify
 
@@ -219,11 +219,21 @@ def test_invalid_opts_are_refused_naming_kernel_and_opt(opts, caps, message):
   assert msg.startswith("kernel t__gemm_k0: cannot apply ") and message in msg, msg
 
 
-def test_gpu_typing_keeps_three_grid_axes():
+def test_gpu_grids_of_four_axes_fold_the_outer_ones_into_gidx2(tmp_path, monkeypatch):
+  """Every parallel axis goes on the grid; Expand folds the outer ones of a 4-axis grid into gidx2 (its
+  quotient and remainder), and the emulated kernel writes every element once, right."""
+  from test_group_reduce import emulated
+  from uopc.stages.expand import expand
   f = Func("wide")
   x, out = f.param("x", (2, 3, 4, 5)), f.param("out", (2, 3, 4, 5), out=True)
   f.store(out, f.op("ADD", x, x))
-  assert format_axes(next(iter(kernels_of(f.text(), GPU).values()))) == "L2 g3 g4 g5"
+  kernel = next(iter(kernels_of(f.text(), GPU).values()))
+  assert format_axes(kernel) == "g2 g3 g4 g5"
+  lowered = expand(KernelSchedule(kernel, (), GPU))
+  specials = {u.arg: u.src[0].arg for u in lowered.toposort() if u.op is Ops.SPECIAL}
+  assert specials == {"gidx0": 5, "gidx1": 4, "gidx2": 6}
+  data = np.arange(120, dtype=np.float32).reshape(2, 3, 4, 5)
+  assert np.array_equal(emulated(tmp_path, monkeypatch, f, {"x": data}, "")["out"], 2 * data)
 
 
 # ---- the CLI ------------------------------------------------------------------------------------------------

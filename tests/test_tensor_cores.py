@@ -64,8 +64,9 @@ def test_heuristics_put_half_precision_gemms_on_tensor_cores():
   opts = heuristic_opts(_kernel(gemm_relu(256, 32, 256, "f16")), GPU)
   assert str(opts[0]) == "TC(2,-1)"
   sink = apply_opts(_kernel(gemm_relu(256, 32, 256, "f16")), opts, GPU, "k")
-  assert format_axes(sink) == "g4 l2 g2 l4 R2 w32"  # 32 x 32 per warp (2 x 4 tiles of 16 x 8), 2 x 4 warps per workgroup, K by 16
-  assert sum(u.op is Ops.WMMA for u in sink.toposort()) == 8
+  # 32 x 32 per warp (2 x 4 tiles of 16 x 8), 2 x 4 warps per workgroup, K by 2 steps of 16 per iteration
+  assert format_axes(sink) == "g4 l2 g2 l4 R1 w32"
+  assert sum(u.op is Ops.WMMA for u in sink.toposort()) == 16
   assert "TC" not in ",".join(map(str, heuristic_opts(_kernel(gemm_relu(64, 32, 64, "f32")), GPU)))
   assert "TC" not in ",".join(map(str, heuristic_opts(_kernel(gemm_relu(64, 32, 64, "f16"), C), C)))
 
@@ -86,7 +87,7 @@ def test_tc_refusals_say_why(f, opts, caps, message):
   assert message in e.value.diagnostics[0].message, e.value.diagnostics[0].message
 
 
-@pytest.mark.parametrize("text, message", [("TC(2,0,0,1)", "opt and mode arguments"), ("TC(2,0,1)", "expected TC(axis) or TC(axis, tc)")])
+@pytest.mark.parametrize("text, message", [("TC(2,0,0,1)", "opt and mode arguments"), ("TC(2,0,2)", "stage must be 1"), ("TC(2,0,1,1,1)", "expected TC(axis), TC(axis, tc) or TC(axis, tc, stage)")])
 def test_tc_arguments_parse(text, message):
   with pytest.raises(CompileError, match=re.escape(message)):
     parse_opts(text)

@@ -153,6 +153,11 @@ subnormals) right; float16/bfloat16 computed in float32 and rounded once; no fus
 formed; integers wrap, IDIV truncates, MOD takes the dividend's sign. --fast-math gives that up
 for the targets' approximate instructions.
 
+An entry on several devices (buffers on tuple devices) takes one buffer argument per device shard
+(NAME_dev0, ...); with -t cuda also one stream per device: copies between GPUs go peer to peer and
+each allreduce through NCCL (libnccl.so.2 loaded at run time, after NAME_nccl_init; UOPC_NCCL=0 in the
+environment, or two devices on one GPU, gives the copies and reductions instead). NAME.h says how.
+
 -v prints every outside command (the C compiler, ptxas, fatbinary, ld.lld) as a shell line; a long
 build shows a progress bar when stderr is a terminal; --diagnostics-format=json|sarif writes
 diagnostics for machines (see `uopc --help`).
@@ -204,7 +209,7 @@ def _comma_list(ctx, param, value: str | None) -> tuple[str, ...] | None:
 @click.option("--opts", "pinned", multiple=True, metavar="KERNEL:OPTS|@FILE",
               help="Apply these opts to KERNEL instead of the heuristics, e.g. 'NAME__gemm_k0:SPLIT(1,8,u),SPLIT(0,4,u)' "
                    "(kernel names as --print-after optimize shows them; 'KERNEL:' alone applies none). Opts: "
-                   "SPLIT(axis,k,type[,top]) with type g l t L R G u r, PADTO(axis,m), SWAP(axis,axis), NOLOCALS, TC(axis[,tc]) (tensor cores, -t cuda: a float16/bfloat16 gemm). "
+                   "SPLIT(axis,k,type[,top]) with type g l t L R G u r, PADTO(axis,m), SWAP(axis,axis), NOLOCALS, TC(axis[,tc[,stage]]) (tensor cores, -t cuda: a float16/bfloat16 gemm; stage 0: operands not staged in shared memory). "
                    "@FILE reads one KERNEL:OPTS line per kernel. Repeatable.")
 @click.option("--tuning", "tuning_db", type=click.Path(dir_okay=False), metavar="DB.json",
               help="A tuning database (`uopc tune`): kernels found in it get its opts, the others the heuristics "
@@ -299,22 +304,37 @@ def run(file, entry, target, inputs, variables, seed, outputs, emulate):
 @click.option("--weights", metavar="NAME", help="A model object (or {name: Tensor} dict) in FILE whose state-dict names name the weight PARAMs.")
 @click.option("--var", "var_specs", multiple=True, metavar="NAME=LO..HI",
               help="The range of a symbolic size used in --input (x=Nx768 --var N=1..128): a DEFINE_VAR of the entry.")
+@click.option("--constants", type=click.Choice(["param", "embed"]), default="param", show_default=True,
+              help="param: every buffer the function reads that is not an input is a PARAM (weights the application "
+                   "passes); embed: those whose data tinygrad holds (realized weights, tensors made from lists or numpy) "
+                   "are written into the program as BINARY data, little-endian, up to --max-constant-bytes each.")
+@click.option("--max-constant-bytes", type=click.IntRange(min=0), default=1 << 20, show_default=True, metavar="BYTES",
+              help="With --constants embed: a constant larger than this stays a PARAM (a note says so).")
 @compiler_command
-def export_cmd(target, inputs, output, name, weights, var_specs):
+def export_cmd(target, inputs, output, name, weights, var_specs, constants, max_constant_bytes):
   """Export a tinygrad function to a .uop file: FUNCTION in FILE.py is called once on empty tinygrad
   Tensors shaped by --input (nothing is computed; tinygrad records the graph) and its graph is written
   as one `func` entry. PARAM slots: the inputs in order, then the buffers the function reads that are
   not inputs (model weights: realize them in FILE.py first), then the outputs (`out`, or out0, out1...).
   Needs tinygrad 0.14 (pip install 'uopc[tinygrad]'). An op the exporter cannot write faithfully is an
-  error naming the op and the line of FILE.py that made it.
+  error naming the op and the line of FILE.py that made it. With --constants embed, the weights and
+  other constant tensors of up to --max-constant-bytes each become BINARY data in the program (the
+  library holds them: no weight arguments); larger ones stay PARAMs, each with a note.
+
+  Sharded tensors (Tensor.shard over devices such as ("CPU:0", "CPU:1")) export as a multi-device
+  program: a weight realized sharded is a PARAM on the devices, one argument per device shard; an input
+  that FUNCTION shard()s is passed whole and scattered by the program; ops keep their meaning on the whole tensor (a reduction over the shard
+  axis is an allreduce); a sharded output is written shard by shard, a replicated one (an allreduce's
+  result) once, on the first device. What uopc cannot run on several devices is refused at its line.
 
   \b
   Example:
     uopc export model.py:block -i x=64x768 -o block.uop
     uopc export model.py:block -i x=Tx768 --var T=1..1024 -o block.uop
+    uopc export model.py:mlp -i x=4x64 --constants embed -o mlp.uop
   """
   from uopc.export_cli import export_file
-  text = export_file(target, list(inputs), name, weights, list(var_specs))
+  text = export_file(target, list(inputs), name, weights, list(var_specs), constants, max_constant_bytes)
   if output: _write_atomic(Path(output), text)
   else: click.echo(text, nl=False)
 

@@ -28,7 +28,7 @@ from ml_dtypes import bfloat16
 from uopc.diagnostics import CompileError, Loc, error
 from uopc.dtype import AddrSpace, DType, PtrDType, dtypes
 from uopc.ops import Ops
-from uopc.stages.tensor_cores import WARP_SIZE, by_arg
+from uopc.stages.tensor_cores import ASYNC, LDMATRIX, WARP_SIZE, by_arg, ldmatrix_sources
 
 NP_DTYPES = {"bool": np.bool_, "int8": np.int8, "int16": np.int16, "int32": np.int32, "int64": np.int64,
              "uint8": np.uint8, "uint16": np.uint16, "uint32": np.uint32, "uint64": np.uint64,
@@ -126,6 +126,7 @@ class _Memory:
   written: np.ndarray | None = None   # LOCAL: was the element ever written
   writer: np.ndarray | None = None    # LOCAL: the thread that wrote it last
   epoch: np.ndarray | None = None     # LOCAL: the barrier epoch of that write
+  pending: np.ndarray | None = None   # LOCAL: an asynchronous copy to it may not have landed
 
   @property
   def size(self) -> int: return self.data.shape[-1]
@@ -133,7 +134,7 @@ class _Memory:
 
 def _local(name: str, dt: DType, size: int) -> _Memory:
   return _Memory(name, AddrSpace.LOCAL, np.zeros(size, np_dtype(dt)), np.zeros(size, bool),
-                 np.full(size, -1, np.int64), np.full(size, -1, np.int64))
+                 np.full(size, -1, np.int64), np.full(size, -1, np.int64), np.zeros(size, bool))
 
 
 @dataclass
@@ -239,6 +240,8 @@ class _Emulator:
     self.active = np.ones(self.T, bool)
     self.stack: list[_Block] = []
     self.barrier_epoch = 0
+    self.in_flight: list = []   # committed groups of asynchronous copies to LOCAL memory not yet waited for, oldest first
+    self.open_group: list = []  # copies started since the last commit
     pc = 0
     while pc < len(self.prog):
       pc = self._step(pc, self.prog[pc])
@@ -318,13 +321,7 @@ class _Emulator:
     tc = by_arg(u.arg)
     if tc is None: raise self.fail(u, f"WMMA {u.arg!r}: no such tensor core")
     if not self.active.all(): raise self.fail(u, "WMMA reached by only some threads: every lane of a warp must take part")
-    names = sorted(n for n in self.launch.threads if n.startswith("lidx"))
-    if len(names) != len(self.launch.threads) or self.T % WARP_SIZE:
-      raise self.fail(u, f"WMMA needs workgroups (lidx) of whole warps of {WARP_SIZE} threads")
-    tid, stride = np.zeros(self.T, np.int64), 1
-    for name in names:
-      tid, stride = tid + self.lanes[name] * stride, stride * self.launch.threads[name]
-    warp, lane = tid // WARP_SIZE, tid % WARP_SIZE
+    warp, lane, _ = self._warps(u)
     group, pair = lane // 4, 2 * (lane % 4)
     (m, n, k), warps = tc.dims, self.T // WARP_SIZE
     a, b, c = (np.zeros((warps,) + shape) for shape in ((m, k), (k, n), (m, n)))
@@ -332,6 +329,33 @@ class _Emulator:
       for i, (dr, dc) in enumerate(offsets): mat[warp, row + dr, col + dc] = self.values[u.src[frag]][:, i].astype(np.float64)
     d = round_to(a @ b + c, u.dtype)
     return np.stack([d[warp, group + dr, pair + dc] for dr, dc in tc.c], axis=1)
+
+  def _warps(self, u) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Each thread's warp and lane (32 consecutive threads of a workgroup, lidx0 fastest, as on the GPU),
+    and the thread index of every (warp, lane)."""
+    names = sorted(n for n in self.launch.threads if n.startswith("lidx"))
+    if len(names) != len(self.launch.threads) or self.T % WARP_SIZE:
+      raise self.fail(u, f"{u.op.name} needs workgroups (lidx) of whole warps of {WARP_SIZE} threads")
+    tid, stride = np.zeros(self.T, np.int64), 1
+    for name in names:
+      tid, stride = tid + self.lanes[name] * stride, stride * self.launch.threads[name]
+    warp, lane = tid // WARP_SIZE, tid % WARP_SIZE
+    where = np.zeros((self.T // WARP_SIZE, WARP_SIZE), np.int64)
+    where[warp, lane] = np.arange(self.T)
+    return warp, lane, where
+
+  def _ldmatrix(self, u):
+    """A warp-wide matrix load (uopc.stages.tensor_cores): each lane's elements from the rows whose
+    addresses other lanes of its warp give."""
+    if not self.active.all(): raise self.fail(u, f"{LDMATRIX} reached by only some threads: every lane of a warp must take part")
+    mem, offs = self.values[u.src[0]]
+    warp, lane, where = self._warps(u)
+    src = np.array([ldmatrix_sources(x, u.dtype.count, u.arg[1]) for x in range(WARP_SIZE)])  # (32, count, 2)
+    cells = offs[where[warp[:, None], src[lane][:, :, 0]]] + src[lane][:, :, 1]
+    if (cells < 0).any() or (cells >= mem.size).any():
+      raise self.fail(u, f"out-of-bounds {LDMATRIX} from '{mem.name}': a row address is past its {mem.size} elements")
+    self._check_local_read(u, mem, np.arange(self.T), cells)
+    return mem.data[cells]
 
   def _const(self, u):
     shape = (self.T,) if u.dtype.count == 1 else (self.T, u.dtype.count)
@@ -374,6 +398,7 @@ class _Emulator:
     return offs[lanes][:, None] + np.arange(count)[None, :]
 
   def _load(self, u):
+    if isinstance(u.arg, tuple) and u.arg[:1] == (LDMATRIX,): return self._ldmatrix(u)
     dt = u.dtype
     mem, offs, lanes = self._access(u, 2, dt.count)
     out = np.array(self.values[u.src[1]]) if len(u.src) == 3 else np.zeros((self.T,) + ((dt.count,) if dt.count > 1 else ()), np_dtype(dt))
@@ -392,9 +417,17 @@ class _Emulator:
     if mem.space is AddrSpace.LOCAL: self._track_local_write(u, mem, lanes, cells)
     if mem.space is AddrSpace.REG: mem.data[lanes[:, None], cells] = vals
     else: mem.data[cells] = vals
+    if isinstance(u.arg, tuple) and u.arg[:1] == (ASYNC,):  # in flight until a BARRIER (ASYNC, n) with n later groups
+      mem.pending[cells] = True
+      self.open_group.append((mem, cells))
+      if u.arg[1]: self.in_flight, self.open_group = self.in_flight + [self.open_group], []
     return None
 
   def _check_local_read(self, u, mem: _Memory, lanes: np.ndarray, cells: np.ndarray) -> None:
+    if mem.pending[cells].any():
+      row, col = np.argwhere(mem.pending[cells])[0]
+      raise self.fail(u, f"read of LOCAL memory '{mem.name}' in flight: {self._who(int(lanes[row]))} reads element "
+                         f"{int(cells[row, col])}, which an asynchronous copy has not been waited for")
     unwritten = ~mem.written[cells]
     if unwritten.any():
       row, col = np.argwhere(unwritten)[0]
@@ -423,6 +456,9 @@ class _Emulator:
   def _barrier(self, u):
     if not self.active.all():
       raise self.fail(u, "BARRIER reached by only some threads of the workgroup (inside divergent control flow)")
+    if isinstance(u.arg, tuple) and u.arg[:1] == (ASYNC,):
+      done, self.in_flight = self.in_flight[:len(self.in_flight) - u.arg[1]], self.in_flight[len(self.in_flight) - u.arg[1]:]
+      for mem, cells in (x for group in done for x in group): mem.pending[cells] = False
     self.barrier_epoch += 1
     return None
 

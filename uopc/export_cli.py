@@ -77,7 +77,8 @@ def load_function(target: str):
   return fn, namespace
 
 
-def export_file(target: str, specs: list[str], name: str | None, weights: str | None, var_specs: list[str] = ()) -> str:
+def export_file(target: str, specs: list[str], name: str | None, weights: str | None, var_specs: list[str] = (),
+                constants: str = "param", max_constant_bytes: int = 1 << 20) -> str:
   from uopc.frontend.tinygrad import export, require_tinygrad
   require_tinygrad()
   from tinygrad import Tensor
@@ -88,4 +89,5 @@ def export_file(target: str, specs: list[str], name: str | None, weights: str | 
   if weights is not None:
     if weights not in namespace: raise CompileError([error(None, f"--weights: {target.rpartition(':')[0]} has no name '{weights}'")])
     model = namespace[weights]
-  return export(fn, *examples, name=name or target.rpartition(":")[2], input_names=[n for n, _, _ in inputs], weights=model)
+  return export(fn, *examples, name=name or target.rpartition(":")[2], input_names=[n for n, _, _ in inputs], weights=model,
+                constants=constants, max_constant_bytes=max_constant_bytes)

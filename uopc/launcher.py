@@ -24,6 +24,7 @@ from dataclasses import dataclass, replace
 from typing import Any, Sequence
 
 from uopc.dtype import DType, dtypes
+from uopc.embedded_data import c_arrays, data_table, slot_data
 from uopc.ops import Ops
 from uopc.targets import param_name
 from uopc.targets.c.threads import POOL_C, TASK_PARAM, is_threaded, task_call, trampoline
@@ -67,9 +68,12 @@ _RESERVED = frozenset("""alignas alignof and and_eq asm auto bitand bitor bool b
 @dataclass(frozen=True)
 class Workspace:
   """The intermediate buffers of a multi-kernel entry (from the memory plan): each is the kernel
-  buffer slot `slot`, placed at byte `offset` of one workspace of `size` bytes."""
+  buffer slot `slot`, placed at byte `offset` of one workspace of `size` bytes. A multi-device entry's
+  workspace is one span per device (`devices`: (device, base, size)), which a GPU launcher allocates
+  on each device (`uopc.stages.plan`)."""
   size: int
   offsets: tuple[tuple[int, int], ...]  # (slot, offset)
+  devices: tuple[tuple[Any, int, int], ...] = ()
 
 
 @dataclass(frozen=True)
@@ -86,6 +90,8 @@ class EntryKernels:
   unused: tuple[Any, ...] = ()  # the PARAMs and DEFINE_VARs the entry declares and never reads: arguments still
   shapes: tuple[tuple[int, tuple[int, ...]], ...] = ()  # (slot, shape) a func entry declares for its buffers
   notes: tuple[str, ...] = ()  # how a multi-device entry's arguments hold its sharded buffers (the header says it)
+  constants: tuple[tuple[int, bytes], ...] = ()  # (kernel buffer slot, data): embedded constant data (uopc.embedded_data)
+  collectives: tuple[Any, ...] = ()  # Collective-shaped (uopc.stages.kernel_program): launches a launcher may replace
 
 
 @dataclass(frozen=True)
@@ -165,6 +171,7 @@ def entry_args(entry: EntryKernels) -> list[EntryArg]:
   """The entry's C arguments: every buffer slot of its kernels by slot, then every DEFINE_VAR by name."""
   merged: dict[tuple, EntryArg] = {}
   internal = {slot for slot, _ in entry.workspace.offsets} if entry.workspace else set()
+  internal |= {slot for slot, _ in entry.constants}
   for _, k in launched(entry):
     for p in k.params:
       if p.kind == "buffer" and p.slot in internal: continue
@@ -290,12 +297,17 @@ def render_header(name: str, entries: Sequence[EntryKernels]) -> str:
   return header_file(prefix, _header_comment(name, prefix), f"UOPC_{prefix.upper()}_H", f"/* The entries. */\n{protos}")
 
 
+def comment_text(text: str) -> str:
+  """`text` (names from the program) made safe inside a C block comment on one line."""
+  return " ".join(text.replace("*/", "* /").replace("\0", " ").splitlines())
+
+
 def entry_notes(entry: EntryKernels) -> str:
   """A comment before an entry's prototypes saying how its arguments hold its sharded buffers (a
   multi-device entry takes one pointer per device shard); empty for other entries."""
   if not entry.notes: return ""
   lines = [f"/* {entry.name}: a multi-device program; each device shard is its own buffer argument."]
-  lines += [f"   {n}" for n in entry.notes]
+  lines += [f"   {comment_text(n)}" for n in entry.notes]
   return "\n".join(lines) + " */\n"
 
 
@@ -347,9 +359,9 @@ def arg_checks(args: list[EntryArg]) -> list[str]:
   return lines
 
 
-def _kernel_call(kname: str, kernel, by_key: dict[tuple, EntryArg], offsets: dict[int, int]) -> str:
+def _kernel_call(kname: str, kernel, by_key: dict[tuple, EntryArg], offsets: dict[int, int], datas: dict[int, str]) -> str:
   """Pointers go through void* so the wrapper need not spell the renderer's element types;
-  an intermediate buffer is its offset into the workspace."""
+  an intermediate buffer is its offset into the workspace, a constant its embedded array."""
   actual = []
   for p in kernel.params:
     if p.kind == "var" and p.name == TASK_PARAM:
@@ -358,17 +370,21 @@ def _kernel_call(kname: str, kernel, by_key: dict[tuple, EntryArg], offsets: dic
     if p.kind == "buffer" and p.slot in offsets:
       actual.append(f"(void*)((unsigned char*)workspace + {offsets[p.slot]})")
       continue
+    if p.kind == "buffer" and p.slot in datas:
+      actual.append(f"(const void*){datas[p.slot]}")
+      continue
     a = by_key[("buffer", p.slot) if p.kind == "buffer" else ("var", p.name)]
     actual.append(a.c_name if a.kind == "var" else f"({'' if p.written else 'const '}void*){a.c_name}")
   if is_threaded(kernel): return task_call(kname, kernel, actual)
   return f"  {kname}({', '.join(actual)});"
 
 
-def _wrapper(prefix: str, entry: EntryKernels) -> str:
+def _wrapper(prefix: str, entry: EntryKernels, table: Sequence[bytes]) -> str:
   args = entry_args(entry)
   by_key = {(a.kind, a.key): a for a in args}
   offsets = dict(entry.workspace.offsets) if entry.workspace else {}
-  calls = [_kernel_call(kernel_name(prefix, entry.name, i), k, by_key, offsets) for i, k in launched(entry)]
+  datas = {slot: f"{prefix}__data{i}" for slot, i in slot_data(entry, table).items()}
+  calls = [_kernel_call(kernel_name(prefix, entry.name, i), k, by_key, offsets, datas) for i, k in launched(entry)]
   if _threaded(entry): return _threaded_wrapper(prefix, entry, args, calls)
   if entry.workspace is None:
     return "\n".join([f"{_prototype(prefix, entry, args)} {{", *arg_checks(args), *calls, "  return UOPC_OK;", "}"])
@@ -471,13 +487,16 @@ def render_source(name: str, entries: Sequence[EntryKernels], prelude: str) -> s
   kernels = "\n\n".join(k.source.strip() for e in entries for k in e.kernels)
   threaded = [(kernel_name(prefix, e.name, i), k) for e in entries for i, k in enumerate(e.kernels) if is_threaded(k)]
   if threaded: kernels = "\n\n".join([POOL_C.strip(), kernels] + [trampoline(n, k) for n, k in threaded])
-  wrappers = "\n\n".join(_wrapper(prefix, e) for e in entries)
+  table = data_table(entries)
+  wrappers = "\n\n".join(_wrapper(prefix, e, table) for e in entries)
   return f"""/* {name}.c: generated by uopc; do not edit. Build: cc -O3 -fPIC -shared -fvisibility=hidden {name}.c -o lib{name}.so */
 {render_header(name, entries)}
 #include <stdlib.h>
 #include <string.h>
 
 {prelude.strip()}
+
+{c_arrays(prefix, table)}
 
 {kernels}
 

@@ -210,5 +210,8 @@ def _compile_tensor_entry(stages: Sequence[Stage], sink: UOp, prefix: str, entry
   kernel_stages = [s for s in stages if s.name not in TENSOR_STAGES]
   progress.expect(len(schedule.kernels))
   kernels = tuple(_counted(run_kernel_stages(kernel_stages, k, kernel_name(prefix, entry, i), opts), kernel_name(prefix, entry, i)) for i, k in enumerate(schedule.kernels))
-  workspace = Workspace(schedule.workspace_size, tuple((p.buffer.slot, p.offset) for p in schedule.placements))
-  return EntryKernels(entry, kernels, workspace if schedule.placements else None, schedule.launches)
+  workspace = Workspace(schedule.workspace_size, tuple((p.buffer.slot, p.offset) for p in schedule.placements), schedule.device_spans)
+  bound = {b.slot for ln in schedule.launches for _, b in ln.binds}
+  constants = tuple((b.slot, b.data) for b in schedule.buffers if b.data is not None and b.slot in bound)
+  return EntryKernels(entry, kernels, workspace if schedule.placements else None, schedule.launches, constants=constants,
+                      collectives=schedule.collectives)

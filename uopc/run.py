@@ -69,8 +69,9 @@ def _reads(u: UOp, users: dict[UOp, list[tuple[UOp, int]]]) -> bool:
 
 
 def entry_arguments(entry: Entry) -> list[Arg]:
-  """The buffers (by slot) and DEFINE_VARs (by name) of an entry, as the launcher orders them."""
-  graph = entry.sink.toposort()
+  """The buffers (by slot) and DEFINE_VARs (by name) of an entry, as the launcher orders them (not the
+  formals of a FUNCTION or CALL body: those are its arguments')."""
+  graph = entry.sink.toposort(lambda u: u.src[1:] if u.op in (Ops.FUNCTION, Ops.CALL) else u.src)
   written = {_store_root(u.src[0]) for u in graph if u.op is Ops.STORE}
   users: dict[UOp, list[tuple[UOp, int]]] = {}
   for u in graph:
@@ -81,7 +82,7 @@ def entry_arguments(entry: Entry) -> list[Arg]:
     if p.src: dtype, shape = p.dtype, shape_values(p.src[0])
     else: dtype, shape = p.dtype.base, ((p.dtype.size,) if p.dtype.size >= 0 else None)
     args.append(Arg(str(p.arg[1]), "buffer", p.arg[0], dtype.scalar, shape, p in written, _reads(p, users), p))
-  defvars = {u.arg[0]: u for u in (*graph, *entry.unused) if u.op is Ops.DEFINE_VAR}
+  defvars = {u.arg[0]: u for u in (*entry.sink.toposort(), *entry.unused) if u.op is Ops.DEFINE_VAR}  # a body's sizes too
   args += [Arg(name, "var", name, u.dtype, None, False, True, u) for name, u in sorted(defvars.items())]
   return args
 
@@ -217,6 +218,8 @@ def run_emulated(module: Module, entry: Entry, target: str, args: list[Arg], arr
     workspace = np.zeros(schedule.workspace_size, np.uint8)
     for p in schedule.placements:
       slots[p.buffer.slot] = workspace[p.offset:p.offset + p.nbytes].view(np_dtype(p.buffer.dtype))
+    for b in schedule.buffers:  # embedded constant data: read-only, little-endian
+      if b.data is not None: slots[b.slot] = np.frombuffer(b.data, np_dtype(b.dtype).newbyteorder("<"))
     linears = [run_kernel_stages(kernel_stages, k, f"{entry.name}_k{i}", PrintOptions()) for i, k in enumerate(schedule.kernels)]
     # a launch binds the kernel's slots to the program's buffers (a CALL body's kernel runs at each call site)
     runs = [(linears[ln.kernel], {s: slots[b.slot] for s, b in ln.binds}) for ln in schedule.launches]

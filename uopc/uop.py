@@ -144,6 +144,13 @@ def broadcast_shapes(*shapes: tuple[sint, ...]) -> tuple[sint, ...] | None:
   return tuple(out)
 
 
+def is_data_view(u: UOp) -> bool:
+  """BITCAST(BINARY) to a wider dtype: the data's little-endian bytes read as elements of that dtype (a
+  typed constant tensor); as in tinygrad, a BITCAST between sizes rescales the last axis, here the only one."""
+  return (u.op is Ops.BITCAST and len(u.src) == 1 and u.src[0].op is Ops.BINARY and isinstance(u.src[0].arg, bytes)
+          and u.dtype.itemsize != 1 and u.dtype.count == 1)
+
+
 def is_vector_stack(u: UOp) -> bool:
   """A STACK of scalars into a vector dtype (kernel level) rather than a new tensor axis."""
   return u.op is Ops.STACK and u.dtype.count > 1 and u.dtype.count == len(u.src)
@@ -179,6 +186,7 @@ def _shape(u: UOp) -> tuple[sint, ...] | None:
   if op is Ops.GETTUPLE:
     tup = src[0].src[0] if src[0].op in (Ops.FUNCTION, Ops.CALL) and src[0].src else src[0]
     return tup.src[u.arg].shape if tup.op is Ops.TUPLE and isinstance(u.arg, int) and 0 <= u.arg < len(tup.src) else None
+  if op is Ops.BITCAST and is_data_view(u): return (len(src[0].arg) // u.dtype.itemsize,)
   if op in GroupOp.ALU or op in (Ops.CAST, Ops.BITCAST):
     shapes = [s.shape for s in src]
     return None if any(s is None for s in shapes) else broadcast_shapes(*shapes)
@@ -218,6 +226,9 @@ def _device(u: UOp) -> Any:
   if op in (Ops.CONST, Ops.RANGE, Ops.DEFINE_VAR, Ops.SPECIAL): return None
   if op is Ops.LOAD and isinstance(u.arg, tuple) and u.arg and u.arg[0] is not None: return u.arg[0]
   if op in (Ops.FUNCTION, Ops.CALL): return src[1].device if len(src) > 1 else None
+  if op is Ops.GETTUPLE and src and src[0].op in (Ops.FUNCTION, Ops.CALL) and src[0].src and src[0].src[0].op is Ops.TUPLE:
+    tup = src[0].src[0]  # a result of a body: where the body computes it (a collective's results are on several devices)
+    if isinstance(u.arg, int) and 0 <= u.arg < len(tup.src) and tup.src[u.arg].device is not None: return tup.src[u.arg].device
   if op is Ops.MULTI: return tuple(s.device for s in src) if all(isinstance(s.device, str) for s in src) else None
   if op is Ops.MSELECT:
     d = src[0].device if src else None

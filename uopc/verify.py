@@ -16,8 +16,9 @@ from uopc.diagnostics import Diagnostic, Loc, error
 from uopc.dtype import AddrSpace, DType, PtrDType, dtypes, truncate
 from uopc.module import Module
 from uopc.ops import AxisType, GroupOp, Ops
-from uopc.uop import UOp, shape_values
+from uopc.uop import UOp, is_data_view, shape_values
 from uopc.verify_multi import check_allreduce, check_mselect, check_multi, check_replicated
+from uopc.stages.tensor_cores import ASYNC, LDMATRIX
 
 Check = Callable[[UOp], Iterator[str]]
 REDUCE_OPS = (Ops.ADD, Ops.MAX, Ops.MUL)
@@ -262,6 +263,9 @@ def _check_bitcast(u: UOp) -> Iterator[str]:
   src = u.src[0].dtype
   if not _is_value(u.dtype): yield f"BITCAST target must be a value dtype, got {u.dtype}"
   elif not _is_value(src): yield f"BITCAST source must be a value, got {src}"
+  elif is_data_view(u):
+    if len(u.src[0].arg) % u.dtype.itemsize:
+      yield f"BITCAST of {len(u.src[0].arg)} bytes of BINARY data to {u.dtype}: not a whole number of {u.dtype.itemsize}-byte elements"
   elif src.itemsize != u.dtype.itemsize:
     yield f"BITCAST from {src} ({src.itemsize} bytes) to {u.dtype} ({u.dtype.itemsize} bytes) must keep the size"
 
@@ -356,6 +360,11 @@ def _check_load(u: UOp) -> Iterator[str]:
     if u.src[1].dtype is not u.dtype: yield f"LOAD alternative value is {u.src[1].dtype}, the load {u.dtype}"
     yield from _check_gate(u, u.src[2])
   a = u.arg
+  if isinstance(a, tuple) and a[:1] == (LDMATRIX,):
+    if len(a) != 2 or not isinstance(a[1], bool): yield f"LOAD arg must be ({LDMATRIX!r}, trans), got {a!r}"
+    if u.dtype.scalar.itemsize != 2 or u.dtype.count not in (2, 4, 8): yield f"{LDMATRIX} loads 2, 4 or 8 16-bit lanes, not {u.dtype}"
+    if not (src.dtype.is_ptr() and src.dtype.addrspace is AddrSpace.LOCAL): yield f"{LDMATRIX} reads LOCAL memory"
+    return
   if a is not None and not (isinstance(a, tuple) and 1 <= len(a) <= 2 and _is_device(a[0])
                             and (len(a) == 1 or a[1] is None or isinstance(a[1], AddrSpace))):
     yield f"LOAD arg must be (device, addrspace), got {a!r}"
@@ -371,6 +380,20 @@ def _check_store(u: UOp) -> Iterator[str]:
   elif _known(dst.shape) and _known(val.shape) and dst.shape != val.shape:
     yield f"STORE value shape {_fmt(val.shape)} differs from the buffer's shape {_fmt(dst.shape)}"
   if len(u.src) == 3: yield from _check_gate(u, u.src[2])
+  if u.arg is not None:
+    if not (isinstance(u.arg, tuple) and len(u.arg) == 2 and u.arg[0] == ASYNC and isinstance(u.arg[1], bool)):
+      yield f"STORE arg must be ({ASYNC!r}, commit) (an asynchronous copy) or none, got {u.arg!r}"
+    elif not (dst.dtype.is_ptr() and dst.dtype.addrspace is AddrSpace.LOCAL and val.op is Ops.LOAD and val.src[0].dtype.is_ptr()
+              and val.src[0].dtype.addrspace is AddrSpace.GLOBAL and val.dtype.scalar.itemsize * val.dtype.count in (4, 8, 16)):
+      yield "an asynchronous STORE copies 4, 8 or 16 bytes LOADed from GLOBAL memory into LOCAL memory"
+    elif len(val.src) == 3 and not all(x.op is Ops.CONST and x.arg == 0 for x in (val.src[1].src if val.src[1].op is Ops.STACK else (val.src[1],))):
+      yield "a gated asynchronous copy fills zeros: its LOAD's alternative must be 0"
+
+
+def _check_barrier(u: UOp) -> Iterator[str]:
+  a = u.arg
+  if a is not None and not (isinstance(a, tuple) and len(a) == 2 and a[0] == ASYNC and isinstance(a[1], int) and a[1] >= 0):
+    yield f"BARRIER arg must be ({ASYNC!r}, groups of copies still in flight) or none, got {a!r}"
 
 
 def _check_atomicadd(u: UOp) -> Iterator[str]:
@@ -550,7 +573,7 @@ RULES: dict[Ops, tuple[tuple[int, int | None], tuple[Check, ...]]] = {
   Ops.SINK: ((0, None), (_is_void,)), Ops.LINEAR: ((0, None), (_is_void,)),
   Ops.MULTI: ((1, None), (check_multi,)), Ops.MSELECT: ((1, 1), (check_mselect,)),
   Ops.ALLREDUCE: ((1, 1), (check_allreduce,)), Ops.REPLICATED: ((1, 1), (check_replicated,)),
-  Ops.BARRIER: ((0, None), (_is_void,)), Ops.INS: ((0, None), (_check_ins,)), Ops.SPECIAL: ((1, 1), (_check_special,)),
+  Ops.BARRIER: ((0, None), (_is_void, _check_barrier)), Ops.INS: ((0, None), (_check_ins,)), Ops.SPECIAL: ((1, 1), (_check_special,)),
   Ops.IF: ((1, 2), (_is_void, _check_if)), Ops.ENDIF: ((1, 1), (_is_void, _check_endif)),
   Ops.WMMA: ((3, 3), (_check_wmma,)), Ops.CUSTOM: ((0, None), (_check_custom,)), Ops.CUSTOMI: ((0, None), (_check_custom,)),
   Ops.ATOMICADD: ((2, 2), (_check_atomicadd,)), Ops.CUSTOMFUNCTION: ((0, None), (_check_named,)),

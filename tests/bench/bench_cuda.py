@@ -8,7 +8,9 @@ Hand-written kernel-level programs (SPECIALs, no Optimize):
   16 x 16 blocks, vs torch.matmul.
 Tensor programs of tests/bench/workloads.py built by `uopc build -t cuda` (the whole pipeline, with
 Optimize's GPU heuristics): add 256M, softmax and layernorm 4096x4096 (one fused kernel each), gemm
-2048, and gemm 4096 of float16 inputs with float32 sums (on the tensor cores, TC); each with torch's
+2048, gemm 4096 of float16 inputs with float32 sums (on the tensor cores, TC), and a 3x3 convolution of
+a 32 x 64 x 56 x 56 batch to 64 channels written with tinygrad's conv2d (torch's cuDNN conv2d with TF32
+off as the peer); each with torch's
 time and rate for the same computation, and bandwidths also as a share of the measured copy bandwidth
 and of the peak the driver reports (memory clock x bus width). Each time is the median of several
 runs between CUDA events; what cannot run is printed as skipped.
@@ -221,6 +223,42 @@ def bench_tensor_program(gpu: Driver, timer: Timer, out_dir: pathlib.Path, w, to
   print(f"{w.name + ' (tensor program)':34s} {ms:8.3f} ms {rate:9.1f} {w.unit}{vs}{shares}")
 
 
+def bench_batched_conv(gpu: Driver, timer: Timer, out_dir: pathlib.Path, n: int = 32, c: int = 64, hw: int = 56, o: int = 64) -> None:
+  """A 3x3 convolution (padding 1) of a float32 batch n x c x hw x hw to o channels, plus bias, written with
+  tinygrad's conv2d and exported by uopc.export; against torch's (cuDNN's) conv2d with TF32 off."""
+  try:
+    import torch
+    from tinygrad import Tensor
+  except ImportError as e:
+    print(f"conv3x3 {n}x{c}x{hw}x{hw}->{o}: skipped ({e})")
+    return
+  import uopc
+  from uopc.driver import BuildOptions, build
+  text = uopc.export(lambda x, w, b: x.conv2d(w, b, padding=1), Tensor.empty(n, c, hw, hw), Tensor.empty(o, c, 3, 3), Tensor.empty(o), name="conv")
+  work = out_dir / "conv_b"
+  work.mkdir(parents=True)
+  (work / "conv.uop").write_text(text)
+  lib = ctypes.CDLL(str(next(p for p in build(work / "conv.uop", BuildOptions(target="cuda", out_dir=work)) if p.suffix == ".so")))
+  rng = np.random.default_rng(4)
+  x, w, b = (rng.standard_normal(shape).astype(np.float32) for shape in ((n, c, hw, hw), (o, c, 3, 3), (o,)))
+  out = np.zeros((n, o, hw, hw), np.float32)
+  ptrs = [gpu.upload(a) for a in (x, w, b, out)]
+  fn = getattr(lib, "conv_conv")
+  fn.argtypes = [ctypes.c_uint64] * len(ptrs) + [ctypes.c_void_p]
+  def run():
+    if (status := fn(*ptrs, None)) != 0: raise RuntimeError(f"conv: status {status}")
+  ms = timer.median_ms(run)
+  got = gpu.download(ptrs[3], out)
+  torch.backends.cudnn.allow_tf32 = False
+  tx, tw, tb = (_torch_tensor(torch, a) for a in (x, w, b))
+  want = torch.nn.functional.conv2d(tx, tw, tb, padding=1).cpu().numpy()
+  np.testing.assert_allclose(got, want, rtol=1e-3, atol=1e-3)
+  ref = torch_ms(lambda t: t.nn.functional.conv2d(tx, tw, tb, padding=1))
+  flops = 2 * n * o * c * 9 * hw * hw
+  print(f"conv3x3 {n}x{c}x{hw}x{hw}->{o} (tensor program, tinygrad's conv2d exported) {ms:8.3f} ms {flops / ms / 1e9:8.1f} TFLOP/s"
+        f"  torch (cuDNN, TF32 off) {ref:.3f} ms ({ref / ms:.0%} of its speed)")
+
+
 def main() -> None:
   try:
     gpu = Driver()
@@ -244,6 +282,10 @@ def main() -> None:
       bench_tensor_program(gpu, timer, out_dir, w, torch_fn, rng, bandwidths)
     except Exception as e:  # noqa: BLE001 - one failing workload must not hide the others' numbers
       print(f"{w.name} (tensor program): FAILED: {type(e).__name__}: {str(e)[:300]}")
+  try:
+    bench_batched_conv(gpu, timer, out_dir)
+  except Exception as e:  # noqa: BLE001
+    print(f"conv3x3 batch 32: FAILED: {type(e).__name__}: {str(e)[:300]}")
 
 
 if __name__ == "__main__":

@@ -29,6 +29,7 @@ def derive_dtype(op: Ops, src: tuple[UOp, ...], arg: Any) -> DType | None:
   if op is Ops.CONST: return const_dtype(arg)
   if op in GroupOp.Void: return dtypes.void
   if op in _INDEX_VALUED: return dtypes.index
+  if op is Ops.BINARY: return dtypes.uint8
   if op in NEEDS_DTYPE or not src: return None
   if op in GroupOp.Comparison: return dtypes.bool.vec(src[0].dtype.count)
   if op is Ops.WHERE: return src[1].dtype if len(src) > 1 else None

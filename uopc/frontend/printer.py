@@ -27,6 +27,7 @@ def format_arg(v: Any) -> str:
     if math.isnan(v): return "-nan" if math.copysign(1.0, v) < 0 else "nan"
     return repr(v)
   if isinstance(v, str): return _string(v)
+  if isinstance(v, bytes): return f'x"{v.hex()}"'  # BINARY data: two lower-case hex digits per byte
   if isinstance(v, tuple):
     if len(v) == 1: return f"({format_arg(v[0])},)"
     return "(" + ", ".join(format_arg(x) for x in v) + ")"

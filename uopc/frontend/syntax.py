@@ -80,6 +80,7 @@ class CloseBlock:
   col: int
 
 
+_HEX_DIGITS = frozenset("0123456789abcdefABCDEF")
 _NAMED_VALUES = {"True": True, "False": False, "None": None, "inf": math.inf, "nan": math.nan}
 
 
@@ -163,6 +164,21 @@ class _Records(lark.Transformer):
       self._error(tok.line, tok.column, f"bad string literal: {e.msg if isinstance(e, SyntaxError) else e}")
       return Lit(BAD, tok.line, tok.column)
 
+  def bytes_value(self, c):
+    """`x"00ff"`: two hex digits per byte, in order (BINARY data); a bad digit or an odd count is
+    reported at the digit, resp. at the literal."""
+    tok = c[0]
+    digits = str(tok)[2:-1]
+    bad = next((i for i, ch in enumerate(digits) if ch not in _HEX_DIGITS), None)
+    if bad is not None:
+      self._error(tok.line, tok.column + 2 + bad, f"'{digits[bad]}' is not a hex digit: a byte string is x\"...\" "
+                  "with two hex digits (0-9, a-f) per byte")
+      return Lit(BAD, tok.line, tok.column)
+    if len(digits) % 2:
+      self._error(tok.line, tok.column, f"a byte string needs two hex digits per byte; this one has {len(digits)} digits")
+      return Lit(BAD, tok.line, tok.column)
+    return Lit(bytes.fromhex(digits), tok.line, tok.column)
+
   def empty_tuple(self, c): return Lit((), 0, 0)
   def tuple(self, c):
     items = [x for x in c if x is not None]
@@ -204,12 +220,13 @@ _RECORDS = _Records()
 
 
 def _grammar_text() -> str:
-  """The grammar ships in the wheel as uopc.grammar; run straight from a source checkout (no install),
-  it is the repository's grammar/ folder."""
-  try:
-    return (importlib.resources.files("uopc.grammar") / "uop.lark").read_text()
-  except ModuleNotFoundError:
-    return (Path(__file__).resolve().parents[2] / "grammar" / "uop.lark").read_text()
+  """The grammar ships in the wheel as uopc.grammar. Run from a source checkout (this file under the
+  repository's uopc/, beside its grammar/ folder) it is that checkout's grammar, even where another
+  checkout's editable install also provides uopc.grammar."""
+  root = Path(__file__).resolve().parents[2]
+  if (root / "grammar" / "uop.lark").is_file() and (root / "uopc" / "frontend" / "syntax.py").is_file():
+    return (root / "grammar" / "uop.lark").read_text()
+  return (importlib.resources.files("uopc.grammar") / "uop.lark").read_text()
 
 
 @lru_cache(maxsize=None)
@@ -219,7 +236,7 @@ def _parser() -> lark.Lark:
                    maybe_placeholders=True)
 
 
-_TOKEN_WORDS = {"NAME": "a name", "VAR": "a %name", "NUMBER": "a number", "STRING": "a string",
+_TOKEN_WORDS = {"NAME": "a name", "VAR": "a %name", "NUMBER": "a number", "STRING": "a string", "BYTES": "a byte string",
                 "_NL": "end of line", "$END": "end of file", "BLOCK_KIND": "'kernel' or 'func'", "NEG": "'-'"}
 
 

@@ -30,6 +30,9 @@ from typing import Any, Callable, Iterator, Sequence
 from uopc.diagnostics import CompileError, Loc, error
 from uopc.frontend.parser import c_identifier, parse_source
 from uopc.frontend.printer import format_arg, print_module
+from uopc.frontend import tinygrad_multi as multi
+from uopc.frontend.tinygrad_constants import DEFAULT_MAX_BYTES, Constants
+from uopc.frontend.tinygrad_multi import devices_arg
 from uopc.ops import Ops
 
 try:
@@ -49,9 +52,6 @@ _HINTS = {
   "AFTER": "an assignment or random numbers inside the traced function; realize the model's weights and random "
            "tensors before exporting (e.g. Tensor.realize(*nn.state.get_parameters(model)))",
   "STORE": "an assignment inside the traced function; uopc exports pure functions",
-  "COPY": "a copy to another device; multi-device programs are not exported yet",
-  "MSELECT": "multi-device programs are not exported yet", "MSTACK": "multi-device programs are not exported yet",
-  "ALLREDUCE": "multi-device programs are not exported yet",
 }
 
 
@@ -119,14 +119,19 @@ def _user_frame() -> tuple[str, int]:
 
 @contextmanager
 def recording(sites: Sites) -> Iterator[None]:
-  """Patch Tensor construction for the duration of a trace so each new node gets its user site."""
-  original = Tensor.__init__
+  """Patch Tensor construction for the duration of a trace so each new node gets its user site: both
+  `Tensor(...)` and `_apply_uop`, which builds the result of an elementwise op without `__init__`."""
+  original, original_apply = Tensor.__init__, Tensor._apply_uop
   def init(self, *args, **kwargs):
     original(self, *args, **kwargs)
     sites.record(self.uop)
-  Tensor.__init__ = init
+  def apply(self, *args, **kwargs):
+    ret = original_apply(self, *args, **kwargs)
+    sites.record(ret.uop)
+    return ret
+  Tensor.__init__, Tensor._apply_uop = init, apply
   try: yield
-  finally: Tensor.__init__ = original
+  finally: Tensor.__init__, Tensor._apply_uop = original, original_apply
 
 
 # ---- the graph walk ----------------------------------------------------------------------------------
@@ -134,8 +139,18 @@ def recording(sites: Sites) -> Iterator[None]:
 class Param:
   slot: int
   name: str
-  shape: tuple
+  shape: tuple        # as the PARAM declares it (a sharded one: its shards one after the other along axis 0)
   dtype: str
+  devices: Any = None  # None, one device, or the tuple of devices of a sharded PARAM (one argument per shard)
+  axis: int | None = None  # a sharded PARAM's shard axis in the whole tensor (see uopc.frontend.tinygrad_multi)
+
+  def __post_init__(self):
+    if self.devices is not None: self.devices = multi.device_names(self.devices)
+
+  def declare(self, w: "Writer") -> str:
+    """The PARAM statement; its value's name."""
+    dev = "" if self.devices is None else f", {devices_arg(self.devices)}"
+    return w.let(f"PARAM({w.dims(self.shape)}) {{({self.slot}, \"{self.name}\"{dev})}} : {self.dtype}", self.name)
 
 
 class Writer:
@@ -147,6 +162,8 @@ class Writer:
 
     self.used: set[str] = set()
     self.sizes: dict[Any, str] = {}
+    self.current: Any = None             # the tinygrad node being written
+    self.origin: dict[int, Any] = {}     # index in `lines` -> the tinygrad node that statement writes
 
   def let(self, text: str, name: str | None = None) -> str:
     """A new statement: `%name` for a PARAM (suffixed when taken), `%t.<n>` for the rest (a '.' is in no
@@ -156,6 +173,7 @@ class Writer:
     if name is not None:
       full = f"%{name}" if f"%{name}" not in self.used else f"%{name}_{self.count}"
     self.used.add(full)
+    self.origin[len(self.lines)] = self.current
     self.lines.append(f"  {full} = {text}")
     return full
 
@@ -209,6 +227,7 @@ class Converter:
   def _operands(self, u: Any) -> tuple:
     """The value sources of u: a movement op's shape operands, a buffer's size and a FUNCTION's body are not values."""
     if u in self.leaves or u.op in (T.BUFFER, T.PARAM, T.FUNCTION, T.CONST, T.AFTER, T.STORE): return ()
+    if multi.is_multi(u): return multi.operands(u)
     if u.op is T.RESHAPE and u.src[0].op is T.BUFFER: return ()  # a weight: written with its tensor's shape
     if u.op.name in ("RESHAPE", "EXPAND", "PERMUTE", "PAD", "SHRINK", "FLIP"): return u.src[:1]
     return u.src
@@ -220,18 +239,23 @@ class Converter:
     return self.done[(u, dt)]
 
   def _convert(self, u: Any, weak_as: str | None) -> str:
+    outer, self.w.current = self.w.current, u
     try:
       return self._write(u, weak_as)
     except _Unsupported as e:
       if e.node is None: e.node = u
       raise
+    finally: self.w.current = outer
 
   def _write(self, u: Any, weak_as: str | None) -> str:
     if u in self.leaves: return self.leaves[u]
     name = u.op.name
+    if multi.is_multi(u):
+      try: return multi.convert(self, u, weak_as)
+      except multi.Unsupported as e: raise _Unsupported(str(e), u) from None
     if name == "AFTER" and u.src[0].op is T.BUFFER and _variable(u.src[0]) or _variable(u):
       return self.w.let(f"CAST({self.w.size(u)}) : {weak_as or uopc_dtype(u.dtype)}")
-    if name == "BUFFER": return self.new_weight(u, tuple(u.shape))
+    if name == "BUFFER": return self._weight(u, tuple(u.shape))
     if name == "CONST": return self._const(u, weak_as)
     if name in _PASS: return self._get(u.src[0], weak_as)
     if name == "CONTIGUOUS": return self.w.let(f"CONTIGUOUS({self._get(u.src[0], weak_as)})")
@@ -242,8 +266,7 @@ class Converter:
     if name == "STACK" and u.dtype != tdt.void: return self.w.let(f"STACK({', '.join(self._get(s, weak_as) for s in u.src)})")
     if name == "GETTUPLE": return self._gettuple(u)
     if name == "FUNCTION": return self._function(u)
-    if name == "COPY" and not isinstance(u.device, tuple) and not isinstance(u.src[0].device, tuple):
-      return self._get(u.src[0], weak_as)  # a copy between two single devices does not change a value
+    if name == "COPY": return self._get(u.src[0], weak_as)  # a copy between two single devices does not change a value
     raise _Unsupported(f"tinygrad op {name} is not supported by the exporter" + (f" ({_HINTS[name]})" if name in _HINTS else ""))
 
   def _const(self, u: Any, weak_as: str | None) -> str:
@@ -286,7 +309,7 @@ class Converter:
 
   def _movement(self, u: Any, weak_as: str | None) -> str:
     if u.op is T.RESHAPE and u.src[0].op is T.BUFFER and (u.src[0], None) not in self.done and u.src[0] not in self.leaves:
-      self.done[(u.src[0], None)] = self.new_weight(u.src[0], tuple(u.shape))  # a weight keeps its tensor's shape
+      self.done[(u.src[0], None)] = self._weight(u.src[0], tuple(u.shape))  # a weight keeps its tensor's shape
       return self.done[(u.src[0], None)]
     x, name, ps = self._get(u.src[0], weak_as), u.op.name, tuple(u.src[0].shape)
     if name == "RESHAPE": return x if tuple(u.shape) == ps else self.w.let(f"RESHAPE({x}, {self.w.dims(u.shape)})")
@@ -299,6 +322,12 @@ class Converter:
     if name == "FLIP": return self.w.let(f"FLIP({x}) {{{format_arg(tuple(u.marg))}}}")
     offsets, sizes = [o for o, _ in u.marg], [s for _, s in u.marg]
     return self.w.let(f"{name}({x}, {self.w.dims(offsets)}, {self.w.dims(sizes)})")
+
+  def _weight(self, buf: Any, shape: tuple) -> str:
+    """A buffer that is not an input; one on a tuple of devices (outside an UNSHARD) holds a whole copy on
+    each: one PARAM (or embedded constant), copied to every device."""
+    value = self.new_weight(buf, shape)
+    return multi.replicate(self.w, value, buf.arg.device) if isinstance(buf.arg.device, tuple) else value
 
   def _gettuple(self, u: Any) -> str:
     fn = u.src[0]
@@ -377,9 +406,11 @@ class Traced:
 
 
 def trace(fn: Callable, examples: Sequence[Any], name: str | None = None, input_names: Sequence[str] | None = None,
-          weights: Any = None) -> Traced:
-  """Call `fn` on the examples under site recording and write its graph as one `func` entry."""
+          weights: Any = None, constants: Constants | None = None) -> Traced:
+  """Call `fn` on the examples under site recording and write its graph as one `func` entry; `constants`
+  says which buffers that are not inputs are embedded as BINARY data (default: none)."""
   require_tinygrad()
+  constants = constants or Constants()
   tensors = [_as_tensor(x, i) for i, x in enumerate(examples)]
   entry = c_identifier(name or getattr(fn, "__name__", "model"))
   sites = Sites()
@@ -395,17 +426,19 @@ def trace(fn: Callable, examples: Sequence[Any], name: str | None = None, input_
   inputs = []
   for i, (t, nm) in enumerate(zip(tensors, names)):
     if t.uop in leaves: continue  # the same tensor passed twice: its first slot
-    p = Param(i, nm, tuple(t.shape), uopc_dtype(t.dtype))
-    leaves[t.uop] = w.let(f"PARAM({w.dims(p.shape)}) {{({i}, \"{nm}\")}} : {p.dtype}", nm)
-    inputs.append(p)
+    try:
+      inputs.append(_input(w, leaves, t, i, nm))
+    except multi.Unsupported as e:
+      raise CompileError([error(None, f"in {entry}: example input {i} ({nm}): {e}")]) from None
   wnames, found = _weight_names(weights), []
   used = set(names)
-  def new_weight(buf: Any, shape: tuple) -> str:
-    slot = len(tensors) + len(found)
-    nm = _unique(wnames.get(buf, f"w{len(found)}"), used)
-    p = Param(slot, nm, shape, uopc_dtype(buf.dtype))
+  def new_weight(buf: Any, shape: tuple, devices: Any = None, axis: int | None = None) -> str:
+    dtype, wanted = uopc_dtype(buf.dtype), wnames.get(buf, f"w{len(found)}")
+    if (embedded := constants.embed(buf, shape, dtype, w.let, w.dims, sites.of(buf), wanted, devices is not None)) is not None:
+      return embedded
+    p = Param(len(tensors) + len(found), _unique(wanted, used), shape, dtype, devices, axis)
     found.append((p, buf))
-    return w.let(f"PARAM({w.dims(p.shape)}) {{({slot}, \"{nm}\")}} : {p.dtype}", nm)
+    return p.declare(w)
   conv = Converter(w, leaves, new_weight, sites)
   values = []
   for i, t in enumerate(outs):
@@ -415,14 +448,44 @@ def trace(fn: Callable, examples: Sequence[Any], name: str | None = None, input_
       raise _located(e, sites, entry) from None
   outputs = []
   for i, (t, v) in enumerate(zip(outs, values)):
-    slot = len(tensors) + len(found) + i
     nm = _unique("out" if len(outs) == 1 else f"out{i}", used)
-    p = Param(slot, nm, tuple(t.shape), uopc_dtype(t.dtype))
-    o = w.let(f"PARAM({w.dims(p.shape)}) {{({slot}, \"{nm}\")}} : {p.dtype}", nm)
-    w.lines.append(f"  STORE({o}, {v})")
+    w.current = t.uop
+    try: p, v = _output(w, t, v, len(tensors) + len(found) + i, nm)
+    except RuntimeError as e: raise _located(_Unsupported(f"tinygrad cannot place output {i} on its devices: {e}", t.uop), sites, entry) from None
+    w.lines.append(f"  STORE({p.declare(w)}, {v})")
     outputs.append(p)
   text = f"func {entry} {{\n" + "\n".join(w.lines) + "\n}\n"
+  if problems := multi.sharding_problems(text, entry, [w.origin.get(i) for i in range(len(w.lines))]):
+    parts = [_located(_Unsupported(message, node), sites, entry) for node, message in problems]
+    raise CompileError([d for p in parts for d in p.diagnostics], {k: v for p in parts for k, v in p.sources.items()})
   return Traced(text, inputs, found, outputs)
+
+
+def _input(w: Writer, leaves: dict, t: Any, slot: int, name: str) -> Param:
+  """The PARAM of example input `t`: sharded (an UNSHARD: one argument per device shard), replicated over
+  devices (one argument the program copies to each), or on one device."""
+  u, dtype = t.uop, uopc_dtype(t.dtype)
+  if u.op is T.UNSHARD:
+    k, n, shard = multi.input_sharding(u)
+    p = Param(slot, name, multi.layout_shape(shard, n), dtype, u.device, k)
+    leaves[u] = multi.whole_from_layout(w.let, w.dims, p.declare(w), shard, k, n)
+  else:
+    p = Param(slot, name, tuple(t.shape), dtype)
+    leaves[u.src[0] if u.op is T.COPY and isinstance(u.device, tuple) else u] = p.declare(w)
+  return p
+
+
+def _output(w: Writer, t: Any, value: str, slot: int, name: str) -> tuple[Param, str]:
+  """The PARAM of output `t` and the value stored there: a sharded output shard by shard, a replicated one
+  on the first of its devices."""
+  u, dtype = t.uop, uopc_dtype(t.dtype)
+  if not isinstance(u.device, tuple): return Param(slot, name, tuple(t.shape), dtype), value
+  whole, n = tuple(t.shape), len(u.device)
+  if u.axis is None or not all(isinstance(d, int) for d in whole):
+    return Param(slot, name, whole, dtype, u.device[0]), w.let(f"COPY({value}) {{{devices_arg(u.device[0])}}}")
+  shard = whole[:u.axis] + (whole[u.axis] // n,) + whole[u.axis + 1:]
+  return (Param(slot, name, multi.layout_shape(shard, n), dtype, u.device, u.axis),
+          multi.layout_from_whole(w.let, w.dims, value, whole, u.axis, n))
 
 
 def _unique(name: str, used: set[str]) -> str:
@@ -472,24 +535,33 @@ def _canonical(text: str, what: str) -> str:
 
 
 def export(fn: Callable, *example_inputs: Any, name: str | None = None, input_names: Sequence[str] | None = None,
-           weights: Any = None) -> str:
+           weights: Any = None, constants: str = "param", max_constant_bytes: int = DEFAULT_MAX_BYTES) -> str:
   """The `.uop` text of one `func` entry computing `fn` on inputs shaped like `example_inputs`.
   PARAM slots: the inputs, the other buffers the graph reads (weights: named from `weights`, a model or
-  a {name: Tensor} dict, else w0, w1, ...), then the outputs (`out`, or out0, out1, ...)."""
-  t = trace(fn, example_inputs, name, input_names, weights)
+  a {name: Tensor} dict, else w0, w1, ...), then the outputs (`out`, or out0, out1, ...).
+  `constants="embed"` writes each of those other buffers whose data tinygrad holds and whose size is at
+  most `max_constant_bytes` into the program as BINARY data instead of a PARAM (see
+  uopc.frontend.tinygrad_constants); the others stay PARAMs, each with a note saying why."""
+  consts = Constants(constants, max_constant_bytes)
+  t = trace(fn, example_inputs, name, input_names, weights, consts)
+  consts.report()
   return _canonical(t.text, t.text.split()[1])
 
 
-def export_module(functions: Sequence[tuple], weights: Any = None) -> str:
-  """Several entries in one file: each item is `(fn, example_inputs)` or `(fn, example_inputs, name)`."""
+def export_module(functions: Sequence[tuple], weights: Any = None, constants: str = "param",
+                  max_constant_bytes: int = DEFAULT_MAX_BYTES) -> str:
+  """Several entries in one file: each item is `(fn, example_inputs)` or `(fn, example_inputs, name)`;
+  `constants` and `max_constant_bytes` as for `export` (equal data is stored once by the library)."""
   texts, names = [], set()
+  consts = Constants(constants, max_constant_bytes)
   for item in functions:
     fn, examples, nm = (item + (None,))[:3]
-    t = trace(fn, examples, nm, None, weights)
+    t = trace(fn, examples, nm, None, weights, consts)
     entry = t.text.split()[1]
     if entry in names: raise CompileError([error(None, f"two exported entries are named '{entry}'; pass distinct names")])
     names.add(entry)
     texts.append(t.text)
+  consts.report()
   return _canonical("\n".join(texts), "module")
 
 

@@ -10,12 +10,15 @@ sources): along the shard axis when it has one, else each device's whole copy. I
   of the moved shards, permuted and reshaped into place; an allreduce is seed 000's reduce_scatter
   then allgather when the element count divides by the device count, else each device reducing all
   the moved shards (in device order).
+- An allreduce of a known size is a CALL marked `("allreduce", op)` of that composition (its arguments
+  the shards, its results each device's copy), so that the schedule knows it as one collective.
 """
 from __future__ import annotations
 
 from math import prod
 from typing import Sequence
 
+from uopc.dtype import dtypes
 from uopc.ops import GroupOp, Ops
 from uopc.uop import UOp, sint
 
@@ -68,17 +71,29 @@ def _combine(op: Ops, values: Sequence[UOp]) -> UOp:
   return out
 
 
-def allreduce(op: Ops, shards: Sequence[UOp], devices: Sequence[str]) -> list[UOp]:
-  """Each device's copy of `op` over all the devices' values (same shape, one per device)."""
-  n, shape = len(shards), shards[0].shape
-  parts = [realized(s) for s in shards]
+def _composed_allreduce(op: Ops, parts: Sequence[UOp], devices: Sequence[str]) -> list[UOp]:
+  """seed 000's allreduce of realized `parts` (same shape, one per device): each device's copy."""
+  n, shape = len(parts), parts[0].shape
   size = prod(shape) if all(isinstance(d, int) for d in shape) else None
   if size is None or size % n or size < n:  # each device reduces every shard
     return [_combine(op, [move(p, d) for p in parts]) for d in devices]
-  # seed 000: reduce_scatter (device j reduces chunk j of every shard), then allgather of the chunks
+  # reduce_scatter (device j reduces chunk j of every shard), then allgather of the chunks
   flat = [reshape(p, (size,)) for p in parts]
   chunks = [realized(_combine(op, [move(block(f, 0, j, n), d) for f in flat])) for j, d in enumerate(devices)]
   return [reshape(gather(chunks, 0, d), shape) for d in devices]
+
+
+def allreduce(op: Ops, shards: Sequence[UOp], devices: Sequence[str]) -> list[UOp]:
+  """Each device's copy of `op` over all the devices' values (same shape, one per device). With a known
+  size it is a CALL marked `("allreduce", op name)` whose body is the composition over its formals (shard
+  j on devices[j]) and whose result j is device j's copy: Rangeify realizes the shards as its arguments
+  and records the call site as a collective, which a launcher may run another way (NCCL)."""
+  shape, dtype = shards[0].shape, shards[0].dtype
+  if not all(isinstance(d, int) for d in shape): return _composed_allreduce(op, [realized(s) for s in shards], devices)
+  formals = [UOp(Ops.PARAM, dtype, (UOp.shape_of(shape),), (j, f"shard{j}", d)) for j, d in enumerate(devices)]
+  body = UOp(Ops.TUPLE, dtypes.void, tuple(_composed_allreduce(op, formals, devices)))
+  call = UOp(Ops.CALL, dtypes.void, (body, *shards), ("allreduce", op.name))
+  return [UOp(Ops.GETTUPLE, dtype, (call,), j) for j in range(len(devices))]
 
 
 def reshard(shards: Sequence[UOp], axis: int | None, devices: Sequence[str], target: Sequence[str]) -> list[UOp]:

@@ -559,9 +559,18 @@ def _multiple_of(e: UOp, n: int) -> bool:
 
 def launch_axes(sink: UOp, trace: Trace | None = None) -> UOp:
   """GLOBAL RANGEs -> SPECIAL gidx<n>, workgroup dimensions (`workgroup_dims`: the LOCAL axes, siblings
-  of one size sharing one) -> SPECIAL lidx<n>, n counted from the innermost."""
+  of one size sharing one) -> SPECIAL lidx<n>, n counted from the innermost. A grid of more than three
+  axes folds its outer ones into gidx2 (each the quotient and remainder of it by the inner ones' sizes)."""
   new = {}
   grid = [[r] for r in kernel_axes(sink) if is_axis(r) and axis_type(r) is AxisType.GLOBAL]
+  if len(grid) > 3:
+    outer, grid = [d[0] for d in grid[:-2]], grid[-2:]
+    sizes = [axis_size(r) for r in outer]
+    if not all(isinstance(n, int) for n in sizes): raise _fail("more than 3 GLOBAL dimensions, the outer ones of symbolic size")
+    special, stride = UOp(Ops.SPECIAL, dtypes.index, (_idx(math.prod(sizes)),), "gidx2"), 1
+    for r, n in reversed(list(zip(outer, sizes))):  # the outermost one's END closes the SPECIAL, the others' nothing
+      new[r] = (simplify(special.alu(Ops.IDIV, _idx(stride)).alu(Ops.MOD, _idx(n))), (special,) if r is outer[0] else ())
+      stride *= n
   for dims, t, prefix in ((grid, AxisType.GLOBAL, "gidx"), (workgroup_dims(sink), AxisType.LOCAL, "lidx")):
     if len(dims) > 3: raise _fail(f"{len(dims)} {t.name} dimensions; a GPU launch has 3")
     for n, d in enumerate(reversed(dims)):

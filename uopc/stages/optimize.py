@@ -45,7 +45,9 @@ OptOps (seed 000's table), composed left to right, each checked before it applie
   M/32 x N/32 warps for m16n8k16 where that divides), k steps by the tensor core's K, and a WARP axis
   of 32 lanes joins them (a workgroup dimension, always the innermost: the lanes of one warp); each
   lane loads its fragments of a and b and the reduction accumulates WMMA ops; the epilogue f runs
-  once per accumulator element. TC must
+  once per accumulator element. Then (`uopc.stages.tc_staging`) the workgroup stages each iteration's
+  tiles of a and b in LOCAL memory and the lanes read their fragments from there, unless the third
+  argument says 0 (`TC(axis, tc, 0)`: fragments straight from global memory) or NOLOCALS. TC must
   be the first opt; after it, axes may still be split into LOCAL (more warps per workgroup) or padded,
   but not UPCAST or UNROLLed (a WMMA is not widened). Only -t cuda has tensor cores.
 
@@ -123,9 +125,10 @@ def _opt(name: str, args: list[str], loc: Loc | None, col: int) -> Opt:
     return Opt(op)
   if op is OptOp.TC:
     if len(args) == 4: raise fail("the opt and mode arguments (padding, emulation) are not supported; use TC(axis) or TC(axis, tc)")
-    if len(args) not in (1, 2): raise fail("expected TC(axis) or TC(axis, tc)")
+    if len(args) not in (1, 2, 3): raise fail("expected TC(axis), TC(axis, tc) or TC(axis, tc, stage)")
     axis, *choice = ints(args)
-    return Opt(op, axis, tuple(choice) or (-1,))
+    if len(choice) == 2 and choice[1] not in (0, 1): raise fail("stage must be 1 (operands staged in LOCAL memory, the default) or 0")
+    return Opt(op, axis, (tuple(choice) or (-1,))[:1 if choice[1:] == [1] else 2])
   if op is OptOp.SPLIT:
     if len(args) not in (3, 4) or (len(args) == 4 and args[3] != "top"):
       raise fail("expected SPLIT(axis, factor, type) or SPLIT(axis, factor, type, top)")
@@ -418,13 +421,13 @@ def type_axes(sink: UOp, caps: TargetCaps, trace: Trace | None = None) -> UOp:
   """Parallel LOOP axes become GLOBAL. On a GPU, a grid dimension repeats everything outside it in
   every workgroup, so an axis goes on the grid only when every reduction loop of the kernel is nested
   in it (a fused softmax's output loop, a sibling of its max and sum loops, stays a LOOP for the
-  workgroup to share); and the grid has three dimensions: the innermost three such axes."""
+  workgroup to share); Expand folds a grid of more than three axes into the launch's three."""
   parallel = parallel_axes(sink)
   loops = [r for r in kernel_axes(sink) if is_axis(r) and axis_type(r) is AxisType.LOOP and r in parallel]
   if caps.gpu:
     near = nested_with(sink)
     reduces = {r for r in kernel_axes(sink) if is_axis(r) and axis_type(r) is AxisType.REDUCE}
-    loops = [r for r in loops if reduces <= near.get(r, frozenset())][-3:]
+    loops = [r for r in loops if reduces <= near.get(r, frozenset())]
   new = {r: _range(axis_size(r), r.arg[0], AxisType.GLOBAL) for r in loops}
   return replace_ranges(sink, {r: (n, (n,)) for r, n in new.items()}, trace)
 
@@ -582,19 +585,33 @@ def _pick_tensor_core(g: _Gemm, caps: TargetCaps, choice: int) -> TensorCore:
 
 
 TC_WARP_TILES = ((2, 4), (2, 2), (1, 2), (1, 1))  # tensor-core tiles per warp (along m, n): the first that divides
+TC_BIG_TILE = (4, 8)       # 64 x 64 outputs per warp (m16n8k16): each fragment serves 8 or 4 WMMAs ...
+TC_BIG_TILE_WARPS = 512    # ... where the gemm still has this many warp tiles (about 4 per SM of an H100)
+TC_K_STEPS = (2, 1)  # tensor-core K-steps per reduction iteration: the first that divides
+
+
+def tc_warp_tile(m: int, n: int, tc: TensorCore) -> tuple[int, int]:
+  """Tensor-core tiles per warp along m and n for an m x n output: TC_BIG_TILE where it divides and
+  leaves TC_BIG_TILE_WARPS warps or more, else the first of TC_WARP_TILES that divides."""
+  (tm, tn, _), (bm, bn) = tc.dims, TC_BIG_TILE
+  if m % (tm * bm) == 0 and n % (tn * bn) == 0 and (m // (tm * bm)) * (n // (tn * bn)) >= TC_BIG_TILE_WARPS: return TC_BIG_TILE
+  return next((a, b) for a, b in TC_WARP_TILES if m % (tm * a) == 0 and n % (tn * b) == 0)
 
 
 def _tensor_core(sink: UOp, opt: Opt, caps: TargetCaps, trace: Trace | None) -> UOp:
   """TC (module docstring): the gemm's warp tiles on the grid and the reduction as WMMAs of the warp's
   fragments. A warp computes up to 2 x 4 tensor-core tiles (TC_WARP_TILES), so that each fragment of a
-  it loads serves 4 WMMAs and each of b serves 2."""
+  it loads serves 4 WMMAs and each of b serves 2; a reduction iteration takes TC_K_STEPS K-steps where
+  they divide, each tile's WMMAs chained in k order (fewer, larger iterations: fewer barriers once the
+  operands are staged in LOCAL memory, `uopc.stages.tc_staging`)."""
   if not caps.tensor_cores: raise OptError(f"target {caps.name} has no tensor cores")
   axes = kernel_axes(sink)
   g = _gemm(sink, _axis(axes, opt.axis))
   tc = _pick_tensor_core(g, caps, opt.arg[0])
   (tm, tn, tk), idx = tc.dims, dtypes.index
-  wm, wn = next((a, b) for a, b in TC_WARP_TILES if axis_size(g.m) % (tm * a) == 0 and axis_size(g.n) % (tn * b) == 0)
-  m, n, k = (_range(axis_size(r) // t, r.arg[0], axis_type(r)) for r, t in ((g.m, tm * wm), (g.n, tn * wn), (g.k, tk)))
+  wm, wn = tc_warp_tile(axis_size(g.m), axis_size(g.n), tc)
+  ks = next(s for s in TC_K_STEPS if axis_size(g.k) % (tk * s) == 0)
+  m, n, k = (_range(axis_size(r) // t, r.arg[0], axis_type(r)) for r, t in ((g.m, tm * wm), (g.n, tn * wn), (g.k, tk * ks)))
   lane = _range(WARP_SIZE, max(r.arg[0] for r in axes) + 1, AxisType.WARP)
   group, pair = lane.alu(Ops.IDIV, UOp.const(idx, 4)), lane.alu(Ops.MOD, UOp.const(idx, 4)).alu(Ops.MUL, UOp.const(idx, 2))
   def at(tile: UOp, size: int, part: UOp, offset: int) -> UOp:  # tile * size + part + offset
@@ -602,8 +619,10 @@ def _tensor_core(sink: UOp, opt: Opt, caps: TargetCaps, trace: Trace | None) -> 
   def row(i: int, dm: int) -> UOp: return at(m, tm * wm, group, tm * i + dm)
   def fragment(load: UOp, places) -> UOp:
     return UOp(Ops.STACK, load.dtype.vec(len(places)), tuple(substitute(load, dict(p)) for p in places))
-  a = [fragment(g.a, [((g.m, row(i, dm)), (g.k, at(k, tk, pair, dk))) for dm, dk in tc.a]) for i in range(wm)]
-  b = [fragment(g.b, [((g.k, at(k, tk, pair, dk)), (g.n, at(n, tn * wn, group, tn * j + dn))) for dk, dn in tc.b]) for j in range(wn)]
+  a = [[fragment(g.a, [((g.m, row(i, dm)), (g.k, at(k, tk * ks, pair, tk * s + dk))) for dm, dk in tc.a]) for i in range(wm)]
+       for s in range(ks)]
+  b = [[fragment(g.b, [((g.k, at(k, tk * ks, pair, tk * s + dk)), (g.n, at(n, tn * wn, group, tn * j + dn))) for dk, dn in tc.b])
+        for j in range(wn)] for s in range(ks)]
   tiles = [(i, j) for i in range(wm) for j in range(wn)]
   c, vec = len(tc.c), tc.acc.vec(len(tc.c))
   acc = UOp(Ops.BUFFER, tc.acc.ptr(AddrSpace.REG, c * len(tiles)), g.acc.src, g.acc.arg)
@@ -611,7 +630,11 @@ def _tensor_core(sink: UOp, opt: Opt, caps: TargetCaps, trace: Trace | None) -> 
   init = UOp(Ops.GROUP, dtypes.void, tuple(UOp(Ops.STORE, dtypes.void, (tile_of(UOp(Ops.AFTER, acc.dtype, (acc, m, n, lane)), t),
                                                                           UOp(Ops.STACK, vec, (g.init,) * c))) for t in range(len(tiles))))
   inside = UOp(Ops.AFTER, acc.dtype, (acc, init, k))
-  mmas = [UOp(Ops.WMMA, vec, (a[i], b[j], UOp(Ops.LOAD, vec, (tile_of(inside, t),))), tc.arg) for t, (i, j) in enumerate(tiles)]
+  def chain(t: int, i: int, j: int) -> UOp:  # the tile's WMMAs over the iteration's K-steps, in k order
+    x = UOp(Ops.LOAD, vec, (tile_of(inside, t),))
+    for s in range(ks): x = UOp(Ops.WMMA, vec, (a[s][i], b[s][j], x), tc.arg)
+    return x
+  mmas = [chain(t, i, j) for t, (i, j) in enumerate(tiles)]
   loop = UOp(Ops.END, dtypes.void, (UOp(Ops.GROUP, dtypes.void, tuple(UOp(Ops.STORE, dtypes.void, (tile_of(acc, t), x))
                                                                       for t, x in enumerate(mmas))), k))
   done = UOp(Ops.AFTER, acc.dtype, (acc, loop))
@@ -717,7 +740,11 @@ def optimize(sink: UOp, kernel: str, caps: TargetCaps, pinned: tuple[Opt, ...] |
   trace: Trace = []
   typed = type_axes(accumulator_first(sink), caps, trace)
   opts = pinned if pinned is not None else heuristic_opts(typed, caps)
-  out = KernelSchedule(apply_opts(typed, opts, caps, kernel, trace), opts, caps)
+  sink = apply_opts(typed, opts, caps, kernel, trace)
+  if caps.gpu and not any(o.op is OptOp.NOLOCALS or (o.op is OptOp.TC and o.arg[1:] == (0,)) for o in opts):
+    from uopc.stages.tc_staging import stage_operands  # it builds on this module's types
+    sink = stage_operands(sink, trace)
+  out = KernelSchedule(sink, opts, caps)
   for old, new in trace: relocate(old, new)
   return out
 
@@ -919,14 +946,16 @@ def _thread_tasks(plan: _Planner, work: int) -> None:
 
 
 TC_WARPS = ((1, (4, 2)), (0, (2,)))  # (tile axis after TC, LOCAL factors to try): warps per workgroup along n, then m
+TC_BIG_WARPS = ((1, (2,)), (0, (2,)))  # the same for TC_BIG_TILE: 2 x 2 warps, a 128 x 128 workgroup tile
 
 
 def _tensor_core_heuristics(plan: _Planner) -> bool:
   """TC on the kernel's one REDUCE axis where it fits (a half-precision gemm), with up to 8 warps per
-  workgroup: those beside each other along n read the same fragments of a, from L1."""
+  workgroup (4 for the big warp tile), whose operand tiles are staged in LOCAL memory."""
   reduces = plan.axes(AxisType.REDUCE)
   if not plan.caps.tensor_cores or len(reduces) != 1 or not plan.apply(Opt(OptOp.TC, reduces[0], (-1,))): return False
-  for axis, factors in TC_WARPS: plan.split_by_first(axis, factors, AxisType.LOCAL)
+  big = sum(u.op is Ops.WMMA for u in plan.sink.toposort()) >= TC_BIG_TILE[0] * TC_BIG_TILE[1]
+  for axis, factors in TC_BIG_WARPS if big else TC_WARPS: plan.split_by_first(axis, factors, AxisType.LOCAL)
   return True
 
 

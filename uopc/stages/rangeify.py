@@ -46,10 +46,17 @@
    nothing orders them otherwise (`x = x + 1` then `y = x * x` on the x of entry runs y's kernel
    first, with no copy).
 
+Constant data (a BINARY, or `BITCAST(BINARY) : T`, its bytes as little-endian elements of T) is a
+read-only buffer of the program (`BufferInfo.data`), one per distinct data and dtype, declared when a
+kernel first reads it; kernels load it like any buffer, and the launcher binds it to the data it embeds
+(`uopc.embedded_data`). It is never an argument, an intermediate or written.
+
 An opaque CALL (kept by Callify) is a reusable kernel: its body is rangeified once, as a program of
 its own whose PARAM k is formal k and whose PARAMs after the last formal are its results, and every
 call site launches those kernels with that site's buffers: its arguments (realized into buffers),
-fresh result buffers and fresh intermediates.
+fresh result buffers and fresh intermediates (each on its device in the body). A collective's CALL
+(`uopc.stages.collective_calls`) is recorded as a `Collective` over its launches, and may write its
+results straight into the buffers they are stored to.
 
 The result is a `KernelProgram`: the distinct kernel-level SINKs, and the launches in run order, each
 naming a kernel and the program buffer bound to each of its pointer PARAM slots; the memory plan
@@ -60,17 +67,21 @@ which become run-time arguments of the kernels.
 from __future__ import annotations
 
 from collections import Counter
+from dataclasses import replace
 from math import prod
 
 from uopc.diagnostics import CompileError, error
 from uopc.dtype import AddrSpace, DType, dtypes
 from uopc.ops import AxisType, GroupOp, Ops
+from uopc.stages import collective_calls
+from uopc.stages.buffer_versions import data_srcs as _data_srcs, reads_before_writes, strip_after as _strip_after, version as _version
 from uopc.stages.callify import bind_arguments
+from uopc.stages.contiguous_copy import contiguous_copy
 from uopc.stages.fusion_cost import elementwise_cost, repeats_expensive_work
-from uopc.stages.kernel_program import BufferInfo, KernelProgram, Launch
+from uopc.stages.kernel_program import BufferInfo, Collective, KernelProgram, Launch
 from uopc.stages.reduce_collapse import collapse
 from uopc.symbolic import simplify
-from uopc.uop import UOp, shape_values, sint
+from uopc.uop import UOp, is_data_view, shape_values, sint
 
 # ---- index arithmetic (built plainly; `symbolic.simplify` folds each finished kernel) ---------------
 
@@ -145,15 +156,6 @@ def _broadcast_index(idx: tuple[UOp, ...], src: tuple[sint, ...], dst: tuple[sin
 
 
 # ---- which values get their own buffer ----------------------------------------------------------------
-
-
-def _data_srcs(u: UOp) -> tuple[UOp, ...]:
-  """The sources whose values `u` reads: not its shape operands, the target of a STORE (its buffer is
-  kept, see `_Rangeify`), nor the body of a CALL (compiled on its own)."""
-  if u.op in GroupOp.Buffers or u.op in (Ops.CONST, Ops.DEFINE_VAR): return ()
-  if u.op in (Ops.RESHAPE, Ops.EXPAND, Ops.PAD, Ops.SHRINK): return u.src[:1]
-  if u.op in (Ops.STORE, Ops.CALL): return u.src[1:]
-  return u.src
 
 
 def _rereads(user: UOp, src: UOp) -> bool:
@@ -281,7 +283,9 @@ class _Kernel:
     return UOp(Ops.LOAD, buf.dtype, (at, UOp.const(buf.dtype, _identity(Ops.ADD, buf.dtype)), valid))
 
   def lower(self, u: UOp, idx: tuple[UOp, ...], valid: UOp | None) -> UOp:
-    """The scalar value of tensor `u` at `idx` (loads gated by `valid`), reading realized values."""
+    """The scalar value of tensor `u` at `idx` (loads gated by `valid`), reading realized values and
+    constant data."""
+    if _is_constant(u): return self.load(self.program.constant(u), idx, valid)
     if u in self.program.buffer_of: return self.load(self.program.read(u, None), idx, valid)
     return self.define(u, idx, valid)
 
@@ -412,53 +416,9 @@ def split_full_reductions(sink: UOp) -> UOp:
 # ---- the program --------------------------------------------------------------------------------------
 
 
-def _strip_after(u: UOp) -> UOp:
-  while u.op is Ops.AFTER: u = u.src[0]
-  return u
-
-
-def _version(u: UOp) -> UOp | None:
-  """The version of a buffer that reading `u` (the buffer under AFTERs) sees: the last STORE to it among
-  the dependencies of the outermost AFTER that has one (directly or in a GROUP); None: its value on entry."""
-  base = _strip_after(u)
-  while u.op is Ops.AFTER:
-    deps = [s for d in u.src[1:] for s in (d.src if d.op is Ops.GROUP else (d,))]
-    if writes := [d for d in deps if d.op is Ops.STORE and _strip_after(d.src[0]) is base]: return writes[-1]
-    u = u.src[0]
-  return None
-
-
-def _plain_reads(nodes) -> set[UOp]:
-  """The PARAMs and BUFFERs that these nodes read as they were on entry: not through an AFTER (a version),
-  not as a STORE's target."""
-  return {s for u in nodes for s in (u.src[1:] if u.op is Ops.AFTER else _data_srcs(u)) if s.op in GroupOp.Buffers}
-
-
-def _writes(nodes) -> set[UOp]:
-  return {_strip_after(u.src[0]) for u in nodes if u.op is Ops.STORE}
-
-
-def _reads_before_writes(sink: UOp) -> UOp:
-  """`sink` with its roots reordered so that a root reading a buffer's value on entry comes before a root
-  that overwrites the buffer (it then reads the buffer itself, no snapshot): roots keep their order
-  otherwise, each stays after the roots it depends on, and two roots writing one buffer keep theirs.
-  Unchanged when no order satisfies all that (x = y and y = x need a snapshot)."""
-  whole = sink.toposort()
-  if not _plain_reads(whole) & _writes(whole): return sink
-  roots = sink.src
-  reach = [set(r.toposort()) for r in roots]
-  writes, reads = [_writes(n) for n in reach], [_plain_reads(n) for n in reach]
-  def first(i: int, j: int) -> bool:  # must roots[i] come before roots[j]?
-    if roots[i] in reach[j]: return True
-    if roots[j] in reach[i]: return False
-    return bool(i < j and writes[i] & writes[j] or reads[i] & writes[j])
-  after = [{i for i in range(len(roots)) if i != j and first(i, j)} for j in range(len(roots))]
-  placed: list[int] = []
-  while len(placed) < len(roots):
-    ready = [j for j in range(len(roots)) if j not in placed and after[j] <= set(placed)]
-    if not ready: return sink
-    placed.append(ready[0])
-  return sink.replace(src=tuple(roots[j] for j in placed))
+def _is_constant(u: UOp) -> bool:
+  """Constant data: a BINARY (u8 elements) or a BITCAST view of one (its bytes as wider elements)."""
+  return u.op is Ops.BINARY or is_data_view(u)
 
 
 def _slot(index: UOp) -> int | None:
@@ -495,11 +455,14 @@ class _Rangeify:
     self.fused_in: dict[UOp, _Kernel] = {}
     self.buffers: dict[str, BufferInfo] = {}
     self.buffer_of: dict[UOp, BufferInfo] = {}
+    self.constants: dict[tuple[bytes, DType], BufferInfo] = {}  # (data, dtype) -> its read-only buffer
     self.kernels: list[UOp] = []
     self.call_results: dict[UOp, list[BufferInfo]] = {}
     self.callees: dict[UOp, tuple[int, KernelProgram]] = {}
     self.by_slot: dict[int, BufferInfo] = {}
     self.launches: list[Launch] = []
+    self.collectives: list[Collective] = []
+    self.forwarded: set[UOp] = set()  # STOREs whose value a collective call writes in place (collective_calls)
     order = _order(sink)
     graph = order + [_strip_after(u.src[0]) for u in order if u.op is Ops.STORE]
     params = list(dict.fromkeys(u for u in graph if u.op is Ops.PARAM))
@@ -513,9 +476,10 @@ class _Rangeify:
     """The kernels of a data graph, in order: its STOREs, realized values and CALLs."""
     realized, fusing = _realized(order, self.unfused, self.nested)
     self.fusing |= fusing
+    forwards = collective_calls.forwarded(order)
     for u in order:
       if u.op is Ops.STORE: self.store_kernel(u)
-      elif u.op is Ops.CALL: self.call(u)
+      elif u.op is Ops.CALL: self.call(u, forwards.get(u, {}))
       elif u.op is Ops.GETTUPLE and u.src[0].op is Ops.CALL: self.buffer_of[u] = self.call_results[u.src[0]][u.arg]
       elif u in realized: self.buffer_of[u] = self.realize(u, lambda buf: self.kernel(buf, u, None, realize=True))
 
@@ -524,17 +488,25 @@ class _Rangeify:
     write(buf)
     return buf
 
-  def call(self, c: UOp) -> None:
+  def call(self, c: UOp, forward: dict[int, UOp]) -> None:
     """An opaque CALL: its arguments in buffers, then the launches of its body's kernels (compiled once
-    per body) bound to them, to fresh result buffers and to fresh intermediates of this call site."""
+    per body) bound to them, to fresh result buffers (or, for `forward`'s results, the buffer its STORE
+    writes) and to fresh intermediates of this call site, each on its device in the body."""
     bind_arguments(c)  # every formal has an argument of its shape
     args = [self.argument(a) for a in c.src[1:]]
     first, body = self.callee(c.src[0], len(args))
     site = dict(enumerate(args))
+    for k, st in forward.items():
+      site[len(args) + k] = self.buffer_of[st.src[0]]
+      self.forwarded.add(st)
     for b in body.buffers:
-      if b.slot not in site: site[b.slot] = self.declare(self.fresh_name(), b.dtype, b.shape)
-    self.launches += [Launch(first + ln.kernel, tuple((s, site[b.slot]) for s, b in ln.binds)) for ln in body.launches]
+      if b.slot in site: continue
+      site[b.slot] = self.constant_buffer(b.data, b.dtype, b.shape) if b.data is not None else self.declare(self.fresh_name(), b.dtype, b.shape, device=b.device)
+    start = len(self.launches)
+    self.launches += [replace(ln, kernel=first + ln.kernel, binds=tuple((s, site[b.slot]) for s, b in ln.binds)) for ln in body.launches]
     self.call_results[c] = [site[len(args) + i] for i in range(len(c.src[0].src))]
+    if collective_calls.is_collective(c):
+      self.collectives.append(Collective(c.arg[0], c.arg[1], tuple(args), tuple(self.call_results[c]), start, len(self.launches)))
 
   def argument(self, a: UOp) -> BufferInfo:
     """The buffer holding a CALL's argument: the version of a buffer it names, else a realized copy."""
@@ -557,24 +529,35 @@ class _Rangeify:
       taken = {u.arg[1] for u in body.toposort() if u.op in GroupOp.Buffers}
       names = [f"result{i}" for i in range(len(body.src))]
       while taken & set(names): names = ["_" + n for n in names]
-      stores = tuple(UOp(Ops.STORE, dtypes.void, (UOp(Ops.PARAM, v.dtype, (UOp.shape_of(v.shape),), (n_args + i, name)), v))
+      stores = tuple(UOp(Ops.STORE, dtypes.void, (UOp(Ops.PARAM, v.dtype, (UOp.shape_of(v.shape),),
+                                                         (n_args + i, name) + ((v.device,) if isinstance(v.device, str) else ())), v))
                      for i, (v, name) in enumerate(zip(body.src, names)))
       self.callees[body] = (len(self.kernels), rangeify(UOp(Ops.SINK, dtypes.void, stores), self.split_reductions,
                                                                  self.realize_nested))
       self.kernels += self.callees[body][1].kernels
     return self.callees[body]
 
-  def declare(self, name: str, dtype: DType, shape, slot: int | None = None, device=None) -> BufferInfo:
-    """An entry argument (at its slot) or an intermediate (at the next free slot), on `device`."""
+  def declare(self, name: str, dtype: DType, shape, slot: int | None = None, device=None, data: bytes | None = None) -> BufferInfo:
+    """An entry argument (at its slot), or an intermediate or constant (at the next free slot), on `device`."""
     if name in self.buffers: raise CompileError([error(None, f"two different buffers are named '{name}'")])
     if slot is None: slot, self.next_slot = self.next_slot, self.next_slot + 1
-    self.buffers[name] = self.by_slot[slot] = BufferInfo(name, dtype, shape, slot, slot < self.first_temp_slot, device)
+    self.buffers[name] = self.by_slot[slot] = BufferInfo(name, dtype, shape, slot, slot < self.first_temp_slot, device, data)
     return self.buffers[name]
 
-  def fresh_name(self) -> str:
+  def constant(self, u: UOp) -> BufferInfo:
+    """The read-only buffer of constant data `u` (one per distinct data and dtype), declared at first use."""
+    data = u.arg if u.op is Ops.BINARY else u.src[0].arg
+    return self.constant_buffer(data, u.dtype, u.shape)
+
+  def constant_buffer(self, data: bytes, dtype: DType, shape) -> BufferInfo:
+    key = (data, dtype)
+    if key not in self.constants: self.constants[key] = self.declare(self.fresh_name("const"), dtype, shape, data=data)
+    return self.constants[key]
+
+  def fresh_name(self, stem: str = "tmp") -> str:
     n = len(self.buffers)
-    while f"tmp{n}" in self.buffers: n += 1
-    return f"tmp{n}"
+    while f"{stem}{n}" in self.buffers: n += 1
+    return f"{stem}{n}"
 
   def store_kernel(self, st: UOp) -> None:
     target = _strip_after(st.src[0])
@@ -582,6 +565,7 @@ class _Rangeify:
       raise CompileError([error(None, f"a tensor STORE must write a PARAM or BUFFER, not {target.op.name}")])
     out, value, gate = self.buffer_of[target], st.src[1], st.src[2] if len(st.src) > 2 else None
     before = self.version.get(out.name)
+    if st in self.forwarded: return self.overwrite(out, before, st)  # written by its collective call
     if st in self.snapshot:
       current = target if before is None else UOp(Ops.AFTER, target.dtype, (target, before))
       self.saved[st] = self.realize(current, lambda buf: self.kernel(buf, current, None))
@@ -616,7 +600,9 @@ class _Rangeify:
     written = [self.by_slot[_slot(u.src[0])].device for u in nodes if u.op is Ops.STORE and _slot(u.src[0]) is not None]
     device = written[0] if written else None
     peers = tuple(dict.fromkeys(d for s in slots if (d := self.by_slot[s].device) not in (device, None)))
-    self.launches.append(Launch(len(self.kernels), tuple((s, self.by_slot[s]) for s in slots), device, peers))
+    copy = contiguous_copy(sink) if peers else None
+    if copy is not None and prod(d if isinstance(d, int) else -1 for d in self.by_slot[copy.dst].shape) != copy.count: copy = None
+    self.launches.append(Launch(len(self.kernels), tuple((s, self.by_slot[s]) for s in slots), device, peers, copy))
     self.kernels.append(sink)
 
 
@@ -625,7 +611,7 @@ def rangeify(sink: UOp, split_reductions: bool = False, realize_nested: bool = F
   split long full reductions in two (CPU targets); `realize_nested`: realize long reductions nested
   in another reduction's loop (GPU targets)."""
   if split_reductions: sink = split_full_reductions(sink)
-  sink = _reads_before_writes(sink)
+  sink = reads_before_writes(sink)
   unfused: frozenset[UOp] = frozenset()
   snapshot: frozenset[UOp] = frozenset()
   nested: frozenset[UOp] = frozenset()
@@ -639,4 +625,5 @@ def rangeify(sink: UOp, split_reductions: bool = False, realize_nested: bool = F
       nested |= {e.reduce}
     except _Snapshot as e:
       snapshot |= {e.store}
-  return KernelProgram(tuple(r.kernels), tuple(sorted(r.buffers.values(), key=lambda b: b.slot)), r.variables, tuple(r.launches))
+  return KernelProgram(tuple(r.kernels), tuple(sorted(r.buffers.values(), key=lambda b: b.slot)), r.variables, tuple(r.launches),
+                       tuple(r.collectives))

@@ -11,6 +11,12 @@ fragment sits at (g + offset, 2t + offset) of its matrix, the offsets in the `a`
 A (16 x 16, row major): (row g + a[i][0], column 2t + a[i][1]), i < 8;
 B (16 x 8): (row 2t + b[j][0], column g + b[j][1]), j < 4;
 C and D (16 x 8): (row g + c[n][0], column 2t + c[n][1]), n < 4.
+
+Fragments may also come from LOCAL memory through a warp-wide matrix load, PTX's `ldmatrix`: a LOAD with
+arg (LDMATRIX, trans) and a vector dtype of 2m 16-bit lanes reads m 8 x 8 matrices; lane l gives the
+address of row l % 8 of matrix l // 8 (lanes past 8m give unused addresses) and receives two elements
+of each matrix (`ldmatrix_sources`): without trans row l // 4, columns 2 (l % 4) and + 1 (an A or C
+fragment's pair); with trans rows 2 (l % 4) and + 1 of column l // 4 (a B fragment's pair).
 """
 from __future__ import annotations
 
@@ -19,6 +25,13 @@ from dataclasses import dataclass
 from uopc.dtype import DType, dtypes
 
 WARP_SIZE = 32
+LDMATRIX = "ldmatrix"  # the LOAD arg (LDMATRIX, trans) of a warp-wide matrix load (module docstring)
+# Asynchronous copies into LOCAL memory (PTX cp.async, sm_80+), which feed the tensor cores' staged tiles:
+# STORE(INDEX(local, i), LOAD(INDEX(global, j)[, zeros, gate]), arg=(ASYNC, commit)) starts a copy of the
+# LOAD's 4, 8 or 16 bytes (zeros, reading nothing, where the gate is false); `commit` ends a group of
+# copies. The copies of a group land at some time before a BARRIER with arg (ASYNC, n) that the thread
+# reaches with at most n groups committed after theirs; until then their LOCAL elements are undefined.
+ASYNC = "async"
 
 
 @dataclass(frozen=True)
@@ -53,3 +66,10 @@ CUDA_TENSOR_CORES = (_m16n8k16(dtypes.float16), _m16n8k16(dtypes.bfloat16))
 def by_arg(arg: tuple) -> TensorCore | None:
   """The tensor core a WMMA's arg names (None for an arg no target has)."""
   return next((tc for tc in CUDA_TENSOR_CORES if tc.arg == tuple(arg)), None)
+
+
+def ldmatrix_sources(lane: int, count: int, trans: bool) -> list[tuple[int, int]]:
+  """For each of the `count` elements lane `lane` receives from an ldmatrix (module docstring): the lane
+  whose address names the row it is read from, and its element within that row."""
+  return [((8 * j + 2 * (lane % 4) + e, lane // 4) if trans else (8 * j + lane // 4, 2 * (lane % 4) + e))
+          for j in range(count // 2) for e in range(2)]

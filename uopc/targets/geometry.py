@@ -92,18 +92,24 @@ def size_expr(size, var_names: dict[str, str]) -> str:
 
 
 def launch_block(prefix: str, index: int, kernel, by_key: dict, offsets: dict[int, int], workspace_local: str,
-                 on_error: str, indent: str) -> list[str]:
+                 on_error: str, indent: str, datas: dict[int, int] | None = None, data_local: str = "") -> list[str]:
   """C statements of a GPU launcher that launch `kernel` through `{prefix}__launch(functions[index], grid,
   block, stream, args)`: locals for its intermediate buffers (`workspace_local` formatted with `i` and
-  `offset`: a pointer into the workspace, made a local so that the argument array can point at it),
-  its arguments in signature order, its grid and block as C int64_t expressions over the entry's size
-  arguments, and `on_error` (a statement) when the launch fails; each line starts with `indent`."""
+  `offset`: a pointer into the workspace, made a local so that the argument array can point at it) and
+  for its constant data (`datas`: slot -> index in the library's data table; `data_local` formatted with
+  `i` and `k`, the index: the device copy of that data), its arguments in signature order, its grid and
+  block as C int64_t expressions over the entry's size arguments, and `on_error` (a statement) when the
+  launch fails; each line starts with `indent`."""
   var_names = {a.key: a.c_name for a in by_key.values() if a.kind == "var"}
+  datas = datas or {}
   locals_, actual = [], []
   for i, p in enumerate(kernel.params):
     if p.kind == "buffer" and p.slot in offsets:
       locals_.append(f"  {workspace_local.format(i=i, offset=offsets[p.slot])}")
       actual.append(f"ws{i}")
+    elif p.kind == "buffer" and p.slot in datas:
+      locals_.append(f"  {data_local.format(i=i, k=datas[p.slot])}")
+      actual.append(f"c{i}")
     else: actual.append(by_key[("buffer", p.slot) if p.kind == "buffer" else ("var", p.name)].c_name)
   grid = ", ".join(size_expr(s, var_names) for s in kernel.geometry.grid)
   block = ", ".join(size_expr(s, var_names) for s in kernel.geometry.block)

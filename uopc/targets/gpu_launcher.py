@@ -5,18 +5,32 @@ from __future__ import annotations
 
 from typing import Callable, Sequence
 
+from uopc.embedded_data import slot_data
 from uopc.launcher import EntryArg, EntryKernels, c_identifier, launched, metadata_tables
 from uopc.targets.geometry import launch_block
 
 
 def entry_launches(prefix: str, entry: EntryKernels, args: list[EntryArg], first: int, workspace_local: str,
-                   on_error: str, indent: str) -> list[str]:
+                   on_error: str, indent: str, table: Sequence[bytes] = (), data_local: str = "") -> list[str]:
   """The C statements that launch each of `entry`'s kernels (see `launch_block` for `workspace_local`,
-  `on_error` and `indent`); `first` is the index of its first kernel in the loader's function table."""
+  `data_local`, `on_error` and `indent`); `first` is the index of its first kernel in the loader's
+  function table, `table` the library's constant data (`uopc.embedded_data.data_table`)."""
   by_key = {(a.kind, a.key): a for a in args}
   offsets = dict(entry.workspace.offsets) if entry.workspace else {}
+  datas = slot_data(entry, table)
   return [line for i, kernel in launched(entry)
-          for line in launch_block(prefix, first + i, kernel, by_key, offsets, workspace_local, on_error, indent)]
+          for line in launch_block(prefix, first + i, kernel, by_key, offsets, workspace_local, on_error, indent, datas, data_local)]
+
+
+def data_of(prefix: str, functions: str, ctype: str) -> str:
+  """C: `PREFIX__device_data[N][NUM_DATA]`, the device copies (of C type `ctype`) of the constant data
+  per context or device whose function table is row i of `functions[N][NUM_KERNELS]`, filled when the
+  module is loaded there, and `PREFIX__data_of(fns)`, the copies of the context (or device) whose row
+  `fns` is: its index is its distance from the first row, both rows living in the one 2-D array."""
+  return f"""static {ctype} {prefix}__device_data[sizeof({functions}) / sizeof({functions}[0])][{prefix}__NUM_DATA];
+static {ctype} const* {prefix}__data_of(const void* fns) {{
+  return {prefix}__device_data[((const char*)fns - (const char*){functions}) / sizeof({functions}[0])];
+}}"""
 
 
 def launcher_source(name: str, file_name: str, entries: Sequence[EntryKernels], header: str, runtime: str,

@@ -6,10 +6,12 @@ seed 000's table that `apply_opt` accepts on S:
   UPCAST (u) and UNROLL (r, also a whole short axis), GROUP_REDUCE (G: vector lanes on a CPU,
   workgroup threads on a GPU, both sides there), THREAD (t, CPU targets), LOCAL (l, GPUs);
 - PADTO of an axis to a multiple it is not already of (PADS);
-- SWAP of two axes of one type; NOLOCALS on a GPU; TC (tensor cores) as the first opt on -t cuda.
+- SWAP of two axes of one type; NOLOCALS on a GPU; TC (tensor cores) as the first opt on -t cuda, with
+  its operand tiles staged in shared memory (`TC(axis,-1)`) or not (`TC(axis,-1,0)`).
 A child whose vector lanes (the product of its UPCAST, UNROLL and CPU GROUP_REDUCE sizes) exceed
 MAX_LANES (or the heuristics' own, when larger) is left out: its code size costs compile time for
-nothing. The shared-memory tiles and pipeline stages the issue mentions are not OptOps yet.
+nothing. The tensor-core staging (shared-memory tiles with register prefetch) is the one shared-memory
+choice; its warp tile and pipeline depth are not OptOps yet.
 
 Invariant: the space is a function of (kernel, opts, target caps) and SPACE_VERSION; a change to the
 space (factors, opts, rules) must bump SPACE_VERSION, which is part of every database key, so entries
@@ -22,7 +24,7 @@ from uopc.ops import AxisType
 from uopc.stages.optimize import (Opt, OptError, OptOp, TargetCaps, apply_opt, axis_size, axis_type, is_axis, kernel_axes)
 from uopc.uop import UOp
 
-SPACE_VERSION = 1
+SPACE_VERSION = 2
 UPCASTS = (2, 3, 4, 8, 16)
 UNROLLS = (2, 4, 8, 16)
 CPU_GROUPS = (4, 8, 16, 32)
@@ -51,7 +53,8 @@ def actions(sink: UOp, opts: tuple[Opt, ...], caps: TargetCaps) -> list[Opt]:
   """Every opt to try after `opts` (not yet checked: `children` applies them)."""
   axes = kernel_axes(sink)
   out: list[Opt] = []
-  if not opts and caps.tensor_cores: out += [Opt(OptOp.TC, i, (-1,)) for i, r in enumerate(axes) if is_axis(r) and axis_type(r) is AxisType.REDUCE]
+  if not opts and caps.tensor_cores:  # operands staged in LOCAL memory (the default) or read from global memory
+    out += [Opt(OptOp.TC, i, arg) for i, r in enumerate(axes) if is_axis(r) and axis_type(r) is AxisType.REDUCE for arg in ((-1,), (-1, 0))]
   for i, r in enumerate(axes):
     if not is_axis(r) or not isinstance(size := axis_size(r), int): continue
     out += [Opt(OptOp.SPLIT, i, (k, t, top)) for k, top, t in _splits(axis_type(r), size, caps)]

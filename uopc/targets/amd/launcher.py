@@ -23,10 +23,11 @@ from __future__ import annotations
 
 from typing import Sequence
 
+from uopc.embedded_data import c_arrays, data_table
 from uopc.launcher import (EntryArg, EntryKernels, header_file, arg_checks, c_identifier, c_param, c_string, entry_accessors,
                            entry_args, strerror_function)
 from uopc.targets.geometry import MAX_WORKGROUP
-from uopc.targets.gpu_launcher import entry_launches, launcher_source
+from uopc.targets.gpu_launcher import data_of, entry_launches, launcher_source
 
 HIP_STATUS = (("UOPC_HIP_ERR_NO_RUNTIME", 100, "libamdhip64.so (the HIP runtime) or a function it needs was not found"),
               ("UOPC_HIP_ERR_NO_CODE_OBJECT", 101, "none of the library's code objects runs on this GPU"),
@@ -82,7 +83,32 @@ def _blob(prefix: str, i: int, data: bytes) -> str:
   return f"static const unsigned char {prefix}__code{i}[] __attribute__((aligned(4096))) = {{\n  " + ",\n  ".join(rows) + "\n};"
 
 
-def _runtime(prefix: str, code_objects: Sequence[bytes], kernels: list[str]) -> str:
+def _data(p: str, table: Sequence[bytes]) -> tuple[str, str, str]:
+  """The constant data and its copies per device (declarations), the runtime functions that copy it
+  (fields of the loader's table) and the statements of `load_device(device)` that copy it there: it lives
+  as long as the code object, for the library's lifetime."""
+  if not table: return "", "", ""
+  decls = f"""{c_arrays(p, table, tables=True)}
+enum {{ {p}__NUM_DATA = {len(table)} }};
+{data_of(p, f"{p}__functions", "void*")}"""
+  fields = """  hipError_t (*Malloc)(void**, size_t);  /* the constant data's copy on each device */
+  hipError_t (*MemcpyHtoD)(void*, const void*, size_t);
+"""
+  load = f"""    for (int i = 0; i < {p}__NUM_DATA; i++) {{  /* the constant data, once per device */
+      err = {p}__hip.Malloc(&{p}__device_data[device][i], {p}__data_sizes[i]);
+      if (err == 0) err = {p}__hip.MemcpyHtoD({p}__device_data[device][i], {p}__datas[i], {p}__data_sizes[i]);
+      if (err != 0) return UOPC_HIP_ERR_RUNTIME + err;
+    }}
+"""
+  return decls, fields, load
+
+
+def _runtime(prefix: str, code_objects: Sequence[bytes], kernels: list[str], table: Sequence[bytes] = ()) -> str:
+  data_decls, data_fields, data_load = _data(prefix, table)
+  data_syms = "" if not table else f"""
+  *(void**)&{prefix}__hip.Malloc = dlsym(lib, "hipMalloc");
+  *(void**)&{prefix}__hip.MemcpyHtoD = dlsym(lib, "hipMemcpyHtoD");"""
+  data_loaded = "" if not table else f" &&\n                         {prefix}__hip.Malloc && {prefix}__hip.MemcpyHtoD"
   blobs = "\n".join(_blob(prefix, i, data) for i, data in enumerate(code_objects))
   table = ", ".join(f"{prefix}__code{i}" for i in range(len(code_objects)))
   names = ", ".join(c_string(k) for k in kernels)
@@ -103,13 +129,14 @@ static struct {{
   const char* (*GetErrorString)(hipError_t);
   hipError_t (*MallocAsync)(void**, size_t, hipStream_t);  /* optional: only workspaces need them */
   hipError_t (*FreeAsync)(void*, hipStream_t);
-  int loaded;
+{data_fields}  int loaded;
 }} {prefix}__hip;
 static pthread_once_t {prefix}__hip_once = PTHREAD_ONCE_INIT;
 static pthread_mutex_t {prefix}__module_lock = PTHREAD_MUTEX_INITIALIZER;
 /* per device: its functions, once a code object is loaded (written once, under the lock) */
 static hipFunction_t {prefix}__functions[{prefix}__MAX_DEVICES][{prefix}__NUM_KERNELS];
 static int {prefix}__device_ready[{prefix}__MAX_DEVICES];
+{data_decls}
 
 static void {prefix}__load_hip(void) {{
   void* lib = dlopen("libamdhip64.so", RTLD_NOW | RTLD_LOCAL);
@@ -121,9 +148,9 @@ static void {prefix}__load_hip(void) {{
   *(void**)&{prefix}__hip.ModuleLaunchKernel = dlsym(lib, "hipModuleLaunchKernel");
   *(void**)&{prefix}__hip.GetErrorString = dlsym(lib, "hipGetErrorString");
   *(void**)&{prefix}__hip.MallocAsync = dlsym(lib, "hipMallocAsync");
-  *(void**)&{prefix}__hip.FreeAsync = dlsym(lib, "hipFreeAsync");
+  *(void**)&{prefix}__hip.FreeAsync = dlsym(lib, "hipFreeAsync");{data_syms}
   {prefix}__hip.loaded = {prefix}__hip.GetDevice && {prefix}__hip.ModuleLoadData && {prefix}__hip.ModuleGetFunction &&
-                         {prefix}__hip.ModuleLaunchKernel && {prefix}__hip.GetErrorString;
+                         {prefix}__hip.ModuleLaunchKernel && {prefix}__hip.GetErrorString{data_loaded};
 }}
 
 /* the first code object the device accepts, with every kernel's function */
@@ -137,7 +164,7 @@ static int {prefix}__load_device(int device) {{
       err = {prefix}__hip.ModuleGetFunction(&{prefix}__functions[device][k], module, {prefix}__kernel_names[k]);
       if (err != 0) return UOPC_HIP_ERR_RUNTIME + err;
     }}
-    {prefix}__device_ready[device] = 1;
+{data_load}    {prefix}__device_ready[device] = 1;
     return UOPC_OK;
   }}
   return UOPC_HIP_ERR_NO_CODE_OBJECT;
@@ -184,10 +211,11 @@ static int {prefix}__free_workspace(void* workspace, hipStream_t stream, int sta
 }}"""
 
 
-def _wrapper(prefix: str, entry: EntryKernels, first: int) -> str:
+def _wrapper(prefix: str, entry: EntryKernels, first: int, table: Sequence[bytes]) -> str:
   args = entry_args(entry)
-  # an intermediate buffer is a pointer into the workspace; a failed launch returns at once
-  launches = entry_launches(prefix, entry, args, first, "void* ws{i} = (unsigned char*)workspace + {offset};", "return status", "  ")
+  # an intermediate buffer is a pointer into the workspace, a constant its copy on this device; a failed launch returns at once
+  launches = entry_launches(prefix, entry, args, first, "void* ws{i} = (unsigned char*)workspace + {offset};", "return status", "  ",
+                            table, f"void* c{{i}} = {prefix}__data_of(functions)[{{k}}];")
   body = [*arg_checks(args), *(["  if (workspace == NULL) return UOPC_ERR_NULL_POINTER;"] if entry.workspace is not None else []),
           "  hipFunction_t* functions = NULL;", f"  int status = {prefix}__functions_of_device(&functions);",
           "  if (status != UOPC_OK) return status;", *launches, "  return UOPC_OK;", "}"]
@@ -218,6 +246,7 @@ def render_source(name: str, entries: Sequence[EntryKernels], code_objects: Sequ
   prefix = c_identifier(name)
   kernels = [k.name for e in entries for k in e.kernels]
   workspace = _workspace_runtime(prefix) if any(e.workspace is not None for e in entries) else ""
+  table = data_table(entries)
   return launcher_source(name, f"{name}_hip.c", entries, render_header(name, entries),
-                         f"{_runtime(prefix, code_objects, kernels)}\n{workspace}", lambda e, first: _wrapper(prefix, e, first),
+                         f"{_runtime(prefix, code_objects, kernels, table)}\n{workspace}", lambda e, first: _wrapper(prefix, e, first, table),
                          _accessors(prefix, len(entries)))

@@ -15,27 +15,28 @@ concurrent calls never share one.
 Return codes: the C target's `uopc_status` for argument checks (UOPC_ERR_NO_MEMORY when the workspace
 cannot be had), and UOPC_CUDA_ERR_NO_DRIVER (libcuda.so.1 or a function missing),
 UOPC_CUDA_ERR_NO_CONTEXT (no current context), UOPC_CUDA_ERR_LAUNCH_SIZE (a grid dimension out of
-range), UOPC_CUDA_ERR_CONTEXTS (more contexts than the library keeps modules for), or
-UOPC_CUDA_ERR_DRIVER + e for a CUresult e; PREFIX_strerror(code) describes each, through
-cuGetErrorString for driver errors.
+range), UOPC_CUDA_ERR_CONTEXTS (more contexts than the library keeps modules for),
+UOPC_CUDA_ERR_NO_NCCL (PREFIX_nccl_init where NCCL is off), UOPC_CUDA_ERR_DRIVER + e for a CUresult e,
+or UOPC_CUDA_ERR_NCCL + r for an ncclResult_t r (`uopc/targets/cuda/nccl.py`); PREFIX_strerror(code)
+describes each, through cuGetErrorString / ncclGetErrorString for the driver's and NCCL's.
 """
 from __future__ import annotations
 
 from typing import Sequence
 
-from uopc.launcher import (EntryArg, EntryKernels, header_file, launched, arg_checks, c_identifier, c_param, c_string, entry_accessors, entry_notes,
+from uopc.embedded_data import c_arrays, data_table, slot_data
+from uopc.launcher import (EntryArg, EntryKernels, header_file, arg_checks, c_identifier, c_param, c_string, entry_accessors, entry_notes,
                            entry_args, strerror_function)
-from uopc.targets.cuda import multi_device
-from uopc.targets.geometry import launch_block
-from uopc.targets.gpu_launcher import entry_launches, launcher_source
+from uopc.targets.cuda import multi_device, nccl
+from uopc.targets.gpu_launcher import data_of, entry_launches, launcher_source
 
 CUDA_STATUS = (("UOPC_CUDA_ERR_NO_DRIVER", 100, "libcuda.so.1 (the CUDA driver) or one of its functions was not found"),
                ("UOPC_CUDA_ERR_NO_CONTEXT", 101, "the calling thread has no current CUDA context"),
                ("UOPC_CUDA_ERR_LAUNCH_SIZE", 102, "a grid dimension is outside what a CUDA launch accepts"),
                ("UOPC_CUDA_ERR_CONTEXTS", 103, "more CUDA contexts used this library than it keeps modules for"),
+               *nccl.STATUS,
                ("UOPC_CUDA_ERR_DRIVER", 1000, "the CUDA driver reported an error"))
 MAX_CONTEXTS = 64
-CUDA_ERROR_OUT_OF_MEMORY = 2
 _DRIVER_FUNCTIONS = (  # (field, symbol, signature)
   ("Init", "cuInit", "CUresult (*{})(unsigned)"),
   ("CtxGetCurrent", "cuCtxGetCurrent", "CUresult (*{})(CUcontext*)"),
@@ -50,7 +51,7 @@ _DRIVER_FUNCTIONS = (  # (field, symbol, signature)
 
 
 def _header_types() -> str:
-  codes = "\n".join(f"#define {name} {value}" for name, value, _ in CUDA_STATUS)
+  codes = "\n".join(f"#define {name} {value}" for name, value, _ in (*CUDA_STATUS, nccl.NCCL_ERROR_BASE))
   return f"""#ifndef UOPC_CUDA_V1
 #define UOPC_CUDA_V1
 /* The stream a launch is queued on (NULL: the legacy default stream). The driver's own type, the same
@@ -58,7 +59,7 @@ def _header_types() -> str:
 #ifndef __cuda_cuda_h__
 typedef struct CUstream_st* CUstream;
 #endif
-/* Return codes beyond uopc_status: UOPC_CUDA_ERR_DRIVER + e is CUresult e. */
+/* Return codes beyond uopc_status: UOPC_CUDA_ERR_DRIVER + e is CUresult e, UOPC_CUDA_ERR_NCCL + r ncclResult_t r. */
 {codes}
 #endif /* UOPC_CUDA_V1 */"""
 
@@ -68,16 +69,32 @@ def _prototype(prefix: str, entry: EntryKernels, args: list[EntryArg]) -> str:
   return f"int {prefix}_{entry.name}({', '.join([*map(c_param, args), *streams])})"
 
 
-def _notes(entry: EntryKernels) -> str:
+def _notes(prefix: str, entry: EntryKernels) -> str:
   if not (streams := multi_device.stream_note(entry)): return entry_notes(entry)
-  return entry_notes(entry)[:-4] + f"\n   Streams, one per device: {streams}. */\n"
+  collectives = multi_device.collective_note(entry).replace("PREFIX", prefix)
+  return entry_notes(entry)[:-4] + f"\n   Streams, one per device: {streams}." + (f"\n   {collectives}" if collectives else "") + " */\n"
+
+
+_MULTI_DOC = """
+
+   A multi-device entry (the comment above it says which) takes one device pointer per device shard
+   (NAME_dev0, NAME_dev1, ...: each on its device's GPU) and, last, one CUstream per device (stream_0,
+   stream_1, ...), each in the context of the GPU that device is; two devices may be one GPU. Its work
+   starts after what was queued on every stream before the call, and syncing any one stream waits for
+   all of it. Copies between GPUs are peer to peer (cuMemcpyPeerAsync; peer access is enabled), each
+   device's intermediates live on its own GPU. Its collectives (allreduce) run through NCCL when
+   libnccl.so.2 loads at run time, UOPC_NCCL is not 0, and {prefix}_nccl_init set up one communicator
+   per GPU of the call's streams (all distinct GPUs, streams of the GPUs' primary contexts as the CUDA
+   runtime makes them); otherwise, and always when two devices are one GPU, as copies and reductions.
+   Calls that use NCCL must not run concurrently from several threads."""
 
 
 def render_header(name: str, entries: Sequence[EntryKernels]) -> str:
   """NAME.h: C99 and C++11."""
   prefix = c_identifier(name)
   guard = f"UOPC_{prefix.upper()}_CUDA_H"
-  protos = "\n".join(_notes(e) + f"{_prototype(prefix, e, entry_args(e))};" for e in entries)
+  protos = "\n".join(_notes(prefix, e) + f"{_prototype(prefix, e, entry_args(e))};" for e in entries)
+  multi = any(multi_device.entry_devices(e) for e in entries)
   comment = f"""/* {name}.h: generated by uopc for NVIDIA GPUs (CUDA); do not edit.
 
    Every entry is `int {prefix}_ENTRY(...)`: device buffer pointers by slot (const when only read;
@@ -86,11 +103,11 @@ def render_header(name: str, entries: Sequence[EntryKernels]) -> str:
    uopc_status (a failed argument check: nothing is queued) or a UOPC_CUDA_ERR_* code;
    {prefix}_strerror(code) describes it. The CUDA driver (libcuda.so.1) is loaded at first use; the
    kernels run in the calling thread's current context (the runtime's current device), where the
-   library loads its module once. Link with -l{name} -ldl -lpthread. */"""
+   library loads its module once. Link with -l{name} -ldl -lpthread.{_MULTI_DOC.format(prefix=prefix) if multi else ""} */"""
   declarations = f"""{_header_types()}
 
 /* The entries. */
-{protos}"""
+{protos}""" + (f"\n\n{nccl.header_declarations(prefix)}" if multi else "")
   return header_file(prefix, comment, guard, declarations)
 
 
@@ -99,10 +116,36 @@ def _image(prefix: str, image: bytes) -> str:
   return f"static const unsigned char {prefix}__image[] __attribute__((aligned(16))) = {{\n  " + ",\n  ".join(rows) + "\n};"
 
 
-def _runtime(prefix: str, image: bytes, kernels: list[str], multi: bool = False, single: bool = True) -> str:
-  """The embedded image and the driver loader; `multi`/`single`: whether entries on several devices / on one exist."""
+DATA_FUNCTIONS = (  # loaded only by libraries with constant data, which they copy to each context
+  ("MemAlloc", "cuMemAlloc_v2", "CUresult (*{})(CUdeviceptr*, size_t)"),
+  ("MemcpyHtoD", "cuMemcpyHtoD_v2", "CUresult (*{})(CUdeviceptr, const void*, size_t)"),
+)
+
+
+def _data(p: str, table: Sequence[bytes]) -> tuple[str, str]:
+  """The constant data and its device copies per context (declarations), and the statements of
+  `load_module(c)` that copy it there: it lives as long as the module, for the library's lifetime."""
+  if not table: return "", ""
+  decls = f"""{c_arrays(p, table, tables=True)}
+enum {{ {p}__NUM_DATA = {len(table)} }};
+{data_of(p, f"{p}__functions", "CUdeviceptr")}
+"""
+  load = f"""  for (int i = 0; i < {p}__NUM_DATA; i++) {{  /* the constant data, once per context */
+    err = {p}__cu.MemAlloc(&{p}__device_data[c][i], {p}__data_sizes[i]);
+    if (err == 0) err = {p}__cu.MemcpyHtoD({p}__device_data[c][i], {p}__datas[i], {p}__data_sizes[i]);
+    if (err != 0) return err == {multi_device.CUDA_ERROR_OUT_OF_MEMORY} ? UOPC_ERR_NO_MEMORY : UOPC_CUDA_ERR_DRIVER + err;
+  }}
+"""
+  return decls, load
+
+
+def _runtime(prefix: str, image: bytes, kernels: list[str], multi: bool = False, single: bool = True,
+             table: Sequence[bytes] = ()) -> str:
+  """The embedded image and the driver loader; `multi`/`single`: whether entries on several devices / on one exist;
+  `table`: the library's constant data."""
   p = prefix
-  functions = _DRIVER_FUNCTIONS + (multi_device.DRIVER_FUNCTIONS if multi else ())
+  functions = _DRIVER_FUNCTIONS + (multi_device.DRIVER_FUNCTIONS if multi else ()) + (DATA_FUNCTIONS if table else ())
+  data_decls, data_load = _data(p, table)
   fields = "\n".join(f"  {sig.format(field)};" for field, _, sig in functions)
   loads = "\n".join(f'  *(void**)&{p}__cu.{field} = dlsym(lib, "{symbol}");' for field, symbol, _ in functions)
   all_loaded = " && ".join(f"{p}__cu.{field}" for field, _, _ in functions)
@@ -126,7 +169,7 @@ static pthread_mutex_t {p}__module_lock = PTHREAD_MUTEX_INITIALIZER;
 static CUcontext {p}__contexts[{p}__MAX_CONTEXTS];
 static CUfunction {p}__functions[{p}__MAX_CONTEXTS][{p}__NUM_KERNELS];
 static int {p}__num_contexts;
-
+{data_decls}
 static void {p}__load_cuda(void) {{
   void* lib = dlopen("libcuda.so.1", RTLD_NOW | RTLD_LOCAL);
   if (lib == NULL) return;
@@ -143,7 +186,7 @@ static int {p}__load_module(int c) {{
     err = {p}__cu.ModuleGetFunction(&{p}__functions[c][k], module, {p}__kernel_names[k]);
     if (err != 0) return UOPC_CUDA_ERR_DRIVER + err;
   }}
-  return UOPC_OK;
+{data_load}  return UOPC_OK;
 }}
 
 /* the functions of context `ctx`, loading the module there at first use */
@@ -175,15 +218,15 @@ static int {p}__launch(CUfunction fn, const int64_t grid[3], const int64_t block
 }}"""
 
 
-def _multi_wrapper(prefix: str, entry: EntryKernels, first: int) -> str:
+def _data_local(prefix: str) -> str:
+  """A launch's local for constant data k: its copy in the context whose functions the launch uses."""
+  return f"CUdeviceptr c{{i}} = {prefix}__data_of(functions)[{{k}}];"
+
+
+def _multi_wrapper(prefix: str, entry: EntryKernels, first: int, table: Sequence[bytes]) -> str:
   args = entry_args(entry)
-  by_key = {(a.kind, a.key): a for a in args}
-  offsets = dict(entry.workspace.offsets) if entry.workspace else {}
-  runs = launched(entry)
-  def lines(i: int) -> list[str]:
-    k, kernel = runs[i]
-    return launch_block(prefix, first + k, kernel, by_key, offsets, "CUdeviceptr ws{i} = workspace + {offset};", "break", "    ")
-  return multi_device.wrapper(prefix, entry, args, _prototype(prefix, entry, args), arg_checks(args), lines)
+  return multi_device.wrapper(prefix, entry, args, _prototype(prefix, entry, args), arg_checks(args), first,
+                              slot_data(entry, table), _data_local(prefix))
 
 
 def _functions_of_current(p: str) -> str:
@@ -199,16 +242,17 @@ static int {p}__functions_of_context(CUfunction** out) {{
 }}"""
 
 
-def _wrapper(prefix: str, entry: EntryKernels, first: int) -> str:
-  if multi_device.entry_devices(entry): return _multi_wrapper(prefix, entry, first)
+def _wrapper(prefix: str, entry: EntryKernels, first: int, table: Sequence[bytes]) -> str:
+  if multi_device.entry_devices(entry): return _multi_wrapper(prefix, entry, first, table)
   args = entry_args(entry)
   # the launches sit inside a do-while: a failed one breaks out, so that the workspace is still freed
-  launches = entry_launches(prefix, entry, args, first, "CUdeviceptr ws{i} = workspace + {offset};", "break", "    ")
+  launches = entry_launches(prefix, entry, args, first, "CUdeviceptr ws{i} = workspace + {offset};", "break", "    ",
+                            table, _data_local(prefix))
   alloc, free = [], []
   if entry.workspace is not None:
     alloc = ["  CUdeviceptr workspace = 0;",
              f"  CUresult err = {prefix}__cu.MemAllocAsync(&workspace, {entry.workspace.size}, stream);",
-             f"  if (err != 0) return err == {CUDA_ERROR_OUT_OF_MEMORY} ? UOPC_ERR_NO_MEMORY : UOPC_CUDA_ERR_DRIVER + err;"]
+             f"  if (err != 0) return err == {multi_device.CUDA_ERROR_OUT_OF_MEMORY} ? UOPC_ERR_NO_MEMORY : UOPC_CUDA_ERR_DRIVER + err;"]
     free = [f"  err = {prefix}__cu.MemFreeAsync(workspace, stream);  /* after the kernels, in stream order */",
             "  if (status == UOPC_OK && err != 0) status = UOPC_CUDA_ERR_DRIVER + err;"]
   return "\n".join([f"{_prototype(prefix, entry, args)} {{", *arg_checks(args), "  CUfunction* functions = NULL;",
@@ -216,8 +260,9 @@ def _wrapper(prefix: str, entry: EntryKernels, first: int) -> str:
                     *alloc, "  do {", *launches, "  } while (0);", *free, "  return status;", "}"])
 
 
-def _accessors(prefix: str, n: int) -> str:
-  driver_messages = f"""  if (code >= UOPC_CUDA_ERR_DRIVER) {{
+def _accessors(prefix: str, n: int, multi: bool) -> str:
+  nccl_messages = nccl.strerror_cases(prefix) if multi else f"  if (code >= {nccl.NCCL_ERROR_BASE[0]}) return {c_string(nccl.NCCL_ERROR_BASE[2])};\n"
+  driver_messages = nccl_messages + f"""  if (code >= UOPC_CUDA_ERR_DRIVER) {{
     const char* message = NULL;
     pthread_once(&{prefix}__cu_once, {prefix}__load_cuda);
     if ({prefix}__cu.loaded && {prefix}__cu.GetErrorString(code - UOPC_CUDA_ERR_DRIVER, &message) == 0 && message != NULL)
@@ -237,6 +282,7 @@ def render_source(name: str, entries: Sequence[EntryKernels], image: bytes) -> s
   kernels = [k.name for e in entries for k in e.kernels]
   multi = any(multi_device.entry_devices(e) for e in entries)
   single = not all(multi_device.entry_devices(e) for e in entries)
-  runtime = _runtime(prefix, image, kernels, multi, single) + ("\n\n" + multi_device.runtime(prefix) if multi else "")
+  table = data_table(entries)
+  runtime = _runtime(prefix, image, kernels, multi, single, table) + ("\n\n" + multi_device.runtime(prefix) if multi else "")
   return launcher_source(name, f"{name}_cuda.c", entries, render_header(name, entries), runtime,
-                         lambda e, first: _wrapper(prefix, e, first), _accessors(prefix, len(entries)))
+                         lambda e, first: _wrapper(prefix, e, first, table), _accessors(prefix, len(entries), multi))

@@ -47,7 +47,7 @@ import numpy as np
 from uopc.diagnostics import CompileError, Diagnostic, Loc, error
 from uopc.dtype import AddrSpace, DType, PtrDType, dtypes
 from uopc.ops import GroupOp, Ops
-from uopc.stages.tensor_cores import CUDA_TENSOR_CORES, by_arg
+from uopc.stages.tensor_cores import ASYNC, CUDA_TENSOR_CORES, LDMATRIX, by_arg
 from uopc.targets import param_name
 from uopc.targets.geometry import Geometry, idx_local_size, workgroup_geometry
 from uopc.targets.c.render import KernelParam, RenderedKernel
@@ -124,6 +124,7 @@ class _Kernel:
     self.r: dict[UOp, Any] = {}          # a scalar's register, or a tuple of lane registers
     self.closers: dict[UOp, list[str]] = {}  # what an END/ENDIF emits, set by its opener
     self.params = self._params()
+    self.async_loads = {u.src[1] for u in self.uops if u.op is Ops.STORE and isinstance(u.arg, tuple) and u.arg[:1] == (ASYNC,)}
 
   # ---- registers, labels, diagnostics ----------------------------------------------------------------
   def reg(self, cls: str) -> str:
@@ -334,7 +335,9 @@ def _close(k: _Kernel, u: UOp) -> None:
   for line in k.closers.pop(u.src[1] if u.op is Ops.END else u.src[0], []): k.emit(line)
 
 
-def _barrier(k: _Kernel, u: UOp) -> None: k.emit("bar.sync 0")
+def _barrier(k: _Kernel, u: UOp) -> None:
+  if isinstance(u.arg, tuple) and u.arg[:1] == (ASYNC,): k.emit(f"cp.async.wait_group {u.arg[1]}")  # this thread's copies first
+  k.emit("bar.sync 0")
 def _after(k: _Kernel, u: UOp) -> None: k.r[u] = k.r[u.src[0]]
 
 
@@ -375,7 +378,14 @@ def _vector_width(dt: DType) -> int:
   return n if n in (2, 4) and dt.scalar is not dtypes.bool and n * size <= 16 else 1
 
 
+def _packed(dt: DType) -> bool:
+  """A vector of 2, 4 or 8 half-precision lanes: moved as 1, 2 or 4 32-bit words (ld/st .b32, .v2.b32,
+  .v4.b32), each word split into or made from two 16-bit registers with `mov.b32 {lo, hi}`."""
+  return dt.scalar in _HALF and dt.count in (2, 4, 8)
+
+
 def _load(k: _Kernel, u: UOp) -> None:
+  if u in k.async_loads: return  # the cp.async of its STORE reads the memory
   if len(u.src) not in (1, 3): raise k.fail(u, "LOAD must be LOAD(index) or LOAD(index, alt, gate)")
   space, addr, gate = _access(k, u, u.dtype)
   dt, n = u.dtype.scalar, u.dtype.count
@@ -392,6 +402,19 @@ def _load(k: _Kernel, u: UOp) -> None:
   if gate:
     for d, a in zip(out, k.lanes(u.src[1])):
       if dt is not dtypes.bool: k.emit(f"mov.{_mov_type(dt)} {d}, {a}")
+  if isinstance(u.arg, tuple) and u.arg[:1] == (LDMATRIX,):  # a warp-wide matrix load (uopc.stages.tensor_cores)
+    words = [k.new(dtypes.uint32) for _ in range(n // 2)]
+    k.emit(f"ldmatrix.sync.aligned.m8n8.x{n // 2}{'.trans' if u.arg[1] else ''}.shared.b16 {{{', '.join(words)}}}, {_address(addr, 0)}")
+    for j, w in enumerate(words): k.emit(f"mov.b32 {{{out[2 * j]}, {out[2 * j + 1]}}}, {w}")
+    k.set_lanes(u, out)
+    return
+  if _packed(u.dtype) and not gate:
+    words = [k.new(dtypes.uint32) for _ in range(n // 2)]
+    dst = words[0] if len(words) == 1 else "{" + ", ".join(words) + "}"
+    k.emit(f"ld.{space}{'' if len(words) == 1 else f'.v{len(words)}'}.b32 {dst}, {_address(addr, 0)}")
+    for j, w in enumerate(words): k.emit(f"mov.b32 {{{out[2 * j]}, {out[2 * j + 1]}}}, {w}")
+    k.set_lanes(u, out)
+    return
   width = _vector_width(u.dtype)
   for j in range(0, n, width):
     regs = out[j:j + width]
@@ -415,12 +438,26 @@ def _store(k: _Kernel, u: UOp) -> None:
   value = u.src[1]
   space, addr, gate = _access(k, u, value.dtype)
   dt = value.dtype.scalar
+  if isinstance(u.arg, tuple) and u.arg[:1] == (ASYNC,):  # an asynchronous copy (uopc.stages.tensor_cores)
+    size, (src_space, src, fill) = dt.itemsize * value.dtype.count, _access(k, value, value.dtype)
+    if (space, src_space, gate) != ("shared", "global", None) or size not in (4, 8, 16):
+      raise k.fail(u, "an asynchronous copy moves 4, 8 or 16 bytes from global to shared memory, ungated")
+    reads = f", {k.op1('selp.u32', dtypes.uint32, str(size), '0', fill)}" if fill else ""  # bytes read, the rest zeros
+    k.emit(f"cp.async.{'cg' if size == 16 else 'ca'}.shared.global {_address(addr, 0)}, {_address(src, 0)}, {size}{reads}")
+    if u.arg[1]: k.emit("cp.async.commit_group")
+    return
   regs = list(k.lanes(value))
   guard = f"@{gate} " if gate else ""
   if isinstance(addr, _RegSlot):
     for j, r in enumerate(regs): k.emit(f"{guard}mov.{_mov_type(dt)} {addr.array.reg(k, addr.offset + j)}, {r}")
     return
   if dt is dtypes.bool: regs = [k.op1("selp.u32", dtypes.uint32, "1", "0", p) for p in regs]
+  if _packed(value.dtype):
+    words = [k.new(dtypes.uint32) for _ in range(len(regs) // 2)]
+    for j, w in enumerate(words): k.emit(f"mov.b32 {w}, {{{regs[2 * j]}, {regs[2 * j + 1]}}}")
+    src = words[0] if len(words) == 1 else "{" + ", ".join(words) + "}"
+    k.emit(f"{guard}st.{space}{'' if len(words) == 1 else f'.v{len(words)}'}.b32 {_address(addr, 0)}, {src}")
+    return
   width = _vector_width(value.dtype)
   for j in range(0, len(regs), width):
     src = regs[j] if width == 1 else "{" + ", ".join(regs[j:j + width]) + "}"

@@ -21,6 +21,7 @@ import shutil
 from pathlib import Path
 from typing import Sequence
 
+from uopc.embedded_data import c_arrays, data_table, slot_data
 from uopc.launcher import (EntryKernels, header_file, arg_checks, c_identifier, c_string, entry_accessors, entry_args,
                            launched, metadata_tables, strerror_function)
 from uopc.targets.geometry import size_expr
@@ -30,13 +31,15 @@ from uopc.tools import run_tool
 ERR_METAL = 64  # outside the shared uopc_status range, so it never collides with a future shared code
 
 
-def _metal_args(kernel: MetalKernel, by_key: dict, offsets: dict[int, int]) -> list[str]:
+def _metal_args(kernel: MetalKernel, by_key: dict, offsets: dict[int, int], datas: dict[int, int]) -> list[str]:
   """Bind each kernel parameter at its position in the signature (the argument table index); an
-  intermediate buffer is the workspace at its planned offset."""
+  intermediate buffer is the workspace at its planned offset, a constant its buffer on the device."""
   lines = []
   for i, p in enumerate(kernel.params):
     if p.kind == "buffer" and p.slot in offsets:
       lines.append(f"    [enc setBuffer:ws offset:{offsets[p.slot]} atIndex:{i}];")
+    elif p.kind == "buffer" and p.slot in datas:
+      lines.append(f"    [enc setBuffer:(id<MTLBuffer>)[datas objectAtIndex:{datas[p.slot]}] offset:0 atIndex:{i}];")
     elif p.kind == "buffer":
       a = by_key[("buffer", p.slot)]
       lines.append(f"    [enc setBuffer:(__bridge id<MTLBuffer>)(void*){a.c_name} offset:0 atIndex:{i}];")
@@ -63,21 +66,23 @@ def _workspace(entry: EntryKernels) -> list[str]:
           "    if (ws == nil) return UOPC_ERR_NO_MEMORY;"]
 
 
-def _entry_function(prefix: str, entry: EntryKernels, first_kernel: int) -> str:
+def _entry_function(prefix: str, entry: EntryKernels, first_kernel: int, table) -> str:
   offsets = dict(entry.workspace.offsets) if entry.workspace else {}
+  datas = slot_data(entry, table)
   args = entry_args(entry)
   by_key = {(a.kind, a.key): a for a in args}
   var_names = {a.key: a.c_name for a in args if a.kind == "var"}
   body = []
   for i, k in launched(entry):
     pipeline = f"((id<MTLComputePipelineState>)[pipelines objectAtIndex:{first_kernel + i}])"
-    body += [f"    [enc setComputePipelineState:{pipeline}];", *_metal_args(k, by_key, offsets), _dispatch(k, var_names, pipeline)]
+    body += [f"    [enc setComputePipelineState:{pipeline}];", *_metal_args(k, by_key, offsets, datas), _dispatch(k, var_names, pipeline)]
+  constants = [f"    NSArray* datas = {prefix}__data_buffers(q.device);", f"    if (datas == nil) return {prefix}_ERR_METAL;"] if datas else []
   return "\n".join([f"{_prototype(prefix, entry, args)} {{", *arg_checks(args),
                     "  @autoreleasepool {",
                     "    id<MTLCommandQueue> q = (__bridge id<MTLCommandQueue>)queue;",
                     "    if (q == nil) return UOPC_ERR_NULL_POINTER;",
                     f"    NSArray* pipelines = {prefix}__pipelines(q.device);",
-                    f"    if (pipelines == nil) return {prefix}_ERR_METAL;", *_workspace(entry),
+                    f"    if (pipelines == nil) return {prefix}_ERR_METAL;", *constants, *_workspace(entry),
                     "    id<MTLCommandBuffer> cb = [q commandBuffer];",
                     "    id<MTLComputeCommandEncoder> enc = [cb computeCommandEncoder];", *body,
                     "    [enc endEncoding];", "    [cb commit];", "  }", "  return UOPC_OK;", "}"])
@@ -142,6 +147,32 @@ static NSArray* {prefix}__pipelines(id<MTLDevice> device) {{
 }}"""
 
 
+def _data_buffers(prefix: str, table) -> str:
+  """The constant data, and its MTLBuffers for `device`, made on first use and kept on the device object
+  (as the pipelines are)."""
+  if not table: return ""
+  return f"""{c_arrays(prefix, table, tables=True)}
+static const char {prefix}__data_key = 0; /* its address keys the constant data's buffers on each MTLDevice */
+
+/* The MTLBuffers holding the constant data on `device`, made on first use and kept on the device object. */
+static NSArray* {prefix}__data_buffers(id<MTLDevice> device) {{
+  @synchronized (device) {{
+    NSArray* cached = objc_getAssociatedObject(device, &{prefix}__data_key);
+    if (cached != nil) return cached;
+    NSMutableArray* made = [NSMutableArray arrayWithCapacity:{len(table)}];
+    for (int i = 0; i < {len(table)}; i++) {{
+      id<MTLBuffer> b = [device newBufferWithBytes:{prefix}__datas[i] length:{prefix}__data_sizes[i]
+                                           options:MTLResourceStorageModeShared];
+      if (b == nil) return nil;
+      [made addObject:b];
+    }}
+    objc_setAssociatedObject(device, &{prefix}__data_key, made, OBJC_ASSOCIATION_RETAIN);
+    return made;
+  }}
+}}
+"""
+
+
 def _c_source_literal(text: str) -> str:
   """The MSL text as C string literals, one per line, readable in the .m file."""
   escaped = (line.replace("\\", "\\\\").replace('"', '\\"') for line in text.splitlines())
@@ -167,7 +198,8 @@ def render_launcher(name: str, entries: Sequence[EntryKernels], metal_source: st
   prefix = c_identifier(name)
   kernel_names = [k.name for e in entries for k in e.kernels]
   starts = [sum(len(e.kernels) for e in entries[:i]) for i in range(len(entries))]
-  functions = "\n\n".join(_entry_function(prefix, e, s) for e, s in zip(entries, starts))
+  table = data_table(entries)
+  functions = "\n\n".join(_entry_function(prefix, e, s, table) for e, s in zip(entries, starts))
   return f"""/* {name}_launcher.m: generated by uopc (-t metal); do not edit.
    Build: clang -fobjc-arc -shared -framework Metal -framework Foundation {name}_launcher.m -o lib{name}.dylib */
 #import <Foundation/Foundation.h>
@@ -180,6 +212,7 @@ static const char {prefix}__metal_source[] =
 {_c_source_literal(metal_source)};
 
 {_pipelines(prefix, kernel_names)}
+{_data_buffers(prefix, table)}
 
 {metadata_tables(prefix, entries)}
 
