@@ -29,7 +29,7 @@ from __future__ import annotations
 import math
 
 from uopc.ops import AxisType, Ops
-from uopc.stages.optimize import (_contiguous_output, _in_gated_load, _is_global, _memory_ops, _Planner, _selects,
+from uopc.stages.optimize import (_contiguous_output, _in_gated_load, _is_global, _memory_ops, _Planner, _reads_contiguously, _selects,
                                   accumulator_update, kernel_axes, nested_with, root_buffer)
 
 GPU_MIN_THREADS = 1 << 14    # threads that keep a large GPU's multiprocessors busy (an H100: 132 of them, 4 warps each)
@@ -39,12 +39,13 @@ GPU_TILE_ACCS = 32           # accumulators a thread keeps at most (tile element
 GPU_PARTIAL_BYTES = 16384    # LOCAL memory a workgroup's shared reductions may use for their partials
 GPU_WORKGROUP = 128          # threads of a tiled kernel's workgroup ...
 GPU_MIN_WORKGROUPS = 256     # ... fewer where it would leave fewer workgroups than this (down to a warp)
-GPU_INNER_THREADS = 16       # threads along the contiguous axis at most: 16 x 4 floats = 256 contiguous bytes
+GPU_INNER_THREADS = 16       # threads along the contiguous axis at most: 16 x 4 floats = 256 contiguous bytes (x 4 where a gather drops the tile)
 GPU_SHORT_REDUCE = 4         # reduce axes up to this size are unrolled whole (a convolution's 3 x 3 window)
 GPU_UNROLL = 4               # the longest reduce axis is unrolled by this much
 GPU_UNROLL_MAX = 36          # copies of the body the unrolls make at most
 GPU_GROUP_MIN = 64           # reduce iterations per thread from which sharing a reduction pays
 GPU_GROUPS = (2, 4, 8, 16)   # GROUP_REDUCE threads per output: the fewest that reach GPU_MIN_THREADS
+GPU_RUN = 4                  # ... each keeping one 16-byte run or more where there is no tile and the reduction reads contiguously
 
 
 def tiled_reduction(plan: _Planner) -> bool:
@@ -59,17 +60,18 @@ def tiled_reduction(plan: _Planner) -> bool:
   inner = _contiguous_output(plan)
   other = _reuse_axis(plan, [i for i in outputs if i != inner])
   accs = max(1, _accumulators(plan))
-  tile = _tile(plan, inner, other, _shareable(plan), accs)
+  gathers = _gathers(plan, inner, other)
+  tile = (1, 1) if gathers else _tile(plan, inner, other, _shareable(plan), accs)
   tiled = [a for a in (inner, other) if a is not None]
   for axis, k in sorted(zip((inner, other), tile), key=lambda t: -1 if t[0] is None else t[0], reverse=True):
     if axis is not None and k > 1: tiled = _split(plan, axis, k, AxisType.UPCAST, tiled)[1]
   threads = _threads(plan)
-  groups, tiled = _share_reduction(plan, threads, tiled) if threads < GPU_MIN_THREADS else (1, tiled)
+  groups, tiled = _share_reduction(plan, threads, tiled, tile == (1, 1)) if threads < GPU_MIN_THREADS else (1, tiled)
   budget = GPU_WORKGROUP // groups
   if groups > 1:  # each thread's partials, one per accumulator, go through LOCAL memory
     budget = min(budget, max(1, GPU_PARTIAL_BYTES // (4 * accs * tile[0] * tile[1] * groups)))
   while budget > 32 and threads // budget < GPU_MIN_WORKGROUPS: budget //= 2
-  _workgroup(plan, tiled, budget)
+  _workgroup(plan, tiled, budget, GPU_INNER_THREADS * (GPU_TILES[0][0] if gathers else 1))
   _unroll(plan)
   return True
 
@@ -121,6 +123,14 @@ def _tile(plan: _Planner, inner: int | None, other: int | None, shareable: bool,
   return next((s for s in shapes if total // (s[0] * s[1]) >= floor), (1, 1))
 
 
+def _gathers(plan: _Planner, inner: int | None, other: int | None) -> bool:
+  """No register tile pays: no axis is reused and a gated load moves with the contiguous one
+  (tinygrad's cumsum, a window sum over a padded row): each lane would load its own element behind its
+  own gate, so the lanes would save no load and only cut the threads by 4. Those lanes become threads
+  along the contiguous axis instead (4 x GPU_INNER_THREADS of a workgroup)."""
+  return other is None and inner is not None and _in_gated_load(plan, inner)
+
+
 def _unroll(plan: _Planner) -> None:
   """Short reduce axes (GPU_SHORT_REDUCE or less, and those that select among stacked values) unrolled
   whole, then the longest other one of each nest of reduce loops (sibling reductions, such as a fused
@@ -147,16 +157,19 @@ def _threads(plan: _Planner) -> int:
   return math.prod(s for i in plan.axes(AxisType.GLOBAL, AxisType.LOCAL) if isinstance(s := plan.size(i), int))
 
 
-def _share_reduction(plan: _Planner, threads: int, tracked: list[int]) -> tuple[int, list[int]]:
+def _share_reduction(plan: _Planner, threads: int, tracked: list[int], untiled: bool = False) -> tuple[int, list[int]]:
   """GROUP_REDUCE threads on the longest REDUCE axis and its siblings (reduce loops beside it, not
   nested with it: the same threads share each), the fewest of GPU_GROUPS that reach GPU_MIN_THREADS
-  (else the most), each thread keeping GPU_GROUP_MIN iterations or more: how many (1: none), and the
-  `tracked` axes after the splits."""
+  (else the most), each thread keeping GPU_GROUP_MIN iterations or more (GPU_RUN, one 16-byte run, in
+  an `untiled` kernel whose reduction reads its inputs contiguously: a short row's max or sum, such as
+  attention's softmax over 64 keys, has no tile whose work the combine must be small against): how many
+  (1: none), and the `tracked` axes after the splits."""
   axes, near = kernel_axes(plan.sink), nested_with(plan.sink)
   long = [i for i in plan.axes(AxisType.REDUCE) if isinstance(plan.size(i), int)]
   if not long: return 1, tracked
   best = max(long, key=lambda i: (plan.size(i), i))
-  fits = [g for g in GPU_GROUPS if plan.size(best) % g == 0 and _reduce_iterations(plan) // g >= GPU_GROUP_MIN]
+  least = GPU_RUN if untiled and _reads_contiguously(plan, best) else GPU_GROUP_MIN
+  fits = [g for g in GPU_GROUPS if plan.size(best) % g == 0 and _reduce_iterations(plan) // g >= least]
   if not fits: return 1, tracked
   g = next((g for g in fits if threads * g >= GPU_MIN_THREADS), fits[-1])
   shared = [i for i in long if i == best or (axes[i] not in near.get(axes[best], frozenset()) and plan.size(i) % g == 0)]
@@ -167,15 +180,15 @@ def _share_reduction(plan: _Planner, threads: int, tracked: list[int]) -> tuple[
   return (g if applied else 1), tracked
 
 
-def _workgroup(plan: _Planner, first: list[int], budget: int) -> None:
+def _workgroup(plan: _Planner, first: list[int], budget: int, inner: int) -> None:
   """LOCAL threads over up to three output axes, `first` (the tile's axes, contiguous one first) before
   the others, each the largest divisor of the axis within what is left of `budget` (the contiguous axis
-  at most GPU_INNER_THREADS)."""
+  at most `inner`)."""
   order = first + sorted((i for i in plan.axes(AxisType.GLOBAL) if i not in first), reverse=True)
   for n in range(min(3, len(order))):
     axis, size = order[n], plan.size(order[n])
     if budget < 2 or not isinstance(size, int): continue
-    cap = min(budget, GPU_INNER_THREADS) if n == 0 else budget
+    cap = min(budget, inner) if n == 0 else budget
     k = max(d for d in range(1, min(size, cap) + 1) if size % d == 0)
     applied, order = _split(plan, axis, k, AxisType.LOCAL, order) if k > 1 else (False, order)
     if applied: budget //= k

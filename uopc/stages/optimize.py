@@ -6,7 +6,9 @@ kernel as letters and sizes, `g16 l8 R64 u4`, as `--print-after optimize` prints
 
 Typing. Rangeify makes every output axis a LOOP. An axis is *parallel* when its iterations are
 independent, which is proven, not assumed: every global STORE lies inside it at an address that is an
-injective affine function of the loops around it (so two iterations never write the same element),
+injective affine function of the loops around it (so two iterations never write the same element;
+where the STORE's gate keeps an affine part e of the address below n, as PADTO's mask does, e counts
+as one loop of size n),
 no global buffer is both written and read (except in place, at the very address written), and every
 REG/LOCAL buffer written inside it is used inside it only, written before it is read (so it carries
 nothing between iterations; one written before the axis and only read inside it is shared, like a
@@ -329,16 +331,51 @@ def _at_least(a: UOp, b: UOp) -> bool:
   return a is b or (a.vmin is not None and b.vmax is not None and a.vmin >= b.vmax)
 
 
-def injective_in(address: UOp, r: UOp) -> bool:
+def injective_in(address: UOp, r: UOp, gates: tuple[UOp, ...] = ()) -> bool:
   """Different values of range r never give the same address: address is affine in its ranges, r's
   coefficient is not 0, and the terms form a mixed radix (each coefficient at least the previous
-  coefficient times the previous range's size), so the map from range values to addresses is one to one."""
+  coefficient times the previous range's size), so the map from range values to addresses is one to one.
+  `gates` are conditions `e < n` that hold where the access happens (a padded axis's mask, `e` affine):
+  where the address is c * e plus terms in other ranges, e counts as one range of size n there (if r
+  is one of e's ranges, e must be injective in r too)."""
   form = affine(address)
   if form is None: return False
-  terms = [(x, c) for x, c in form[0].items() if not (c.op is Ops.CONST and c.arg == 0)]
-  if r not in (x for x, _ in terms) or any(c.vmin is None or c.vmin < 1 for _, c in terms): return False
-  terms.sort(key=lambda t: (t[1].vmin, t[1].vmax, t[0].arg[0] if isinstance(t[0].arg, tuple) else 0))
-  return all(_at_least(c, pc.alu(Ops.MUL, px.src[0])) for (px, pc), (_, c) in zip(terms, terms[1:]))
+  terms = {x: c for x, c in form[0].items() if not (c.op is Ops.CONST and c.arg == 0)}
+  for gate in gates:
+    if (merged := _merge_gated(terms, gate)) is not None and (r not in merged[1] or injective_in(gate.src[0], r)):
+      terms, r = merged[0], merged[2] if r in merged[1] else r
+  return _mixed_radix(terms, r)
+
+
+def _mixed_radix(terms: Mapping[UOp, UOp], r: UOp) -> bool:
+  if r not in terms or any(c.vmin is None or c.vmin < 1 for c in terms.values()): return False
+  order = sorted(terms.items(), key=lambda t: (t[1].vmin, t[1].vmax, t[0].arg[0] if isinstance(t[0].arg, tuple) else 0))
+  return all(_at_least(c, pc.alu(Ops.MUL, px.src[0])) for (px, pc), (_, c) in zip(order, order[1:]))
+
+
+def _merge_gated(terms: Mapping[UOp, UOp], gate: UOp) -> tuple[dict[UOp, UOp], frozenset, UOp] | None:
+  """For a gate `e < n` whose ranges appear in `terms` as c times e's coefficients (constants): the
+  terms with e's replaced by one range of size n (coefficient c), e's ranges, and that range."""
+  form = affine(gate.src[0])
+  if form is None or not form[0] or not all(c.op is Ops.CONST and c.arg > 0 for c in form[0].values()): return None
+  first, k = next(iter(form[0].items()))
+  if first not in terms or terms[first].op is not Ops.CONST or terms[first].arg % k.arg: return None
+  c = terms[first].arg // k.arg
+  if any(terms.get(x) is None or terms[x].op is not Ops.CONST or terms[x].arg != c * v.arg for x, v in form[0].items()): return None
+  whole = UOp(Ops.RANGE, dtypes.index, (gate.src[1],), (-1, gate.src[0]))  # a stand-in, never in a kernel
+  out = {x: v for x, v in terms.items() if x not in form[0]}
+  out[whole] = UOp.const(dtypes.index, c)
+  return out, frozenset(form[0]), whole
+
+
+def store_gates(st: UOp) -> tuple[UOp, ...]:
+  """The conditions `e < n` (n a constant) among the AND of a gated STORE's gate (PADTO's mask)."""
+  out, todo = [], [st.src[2]] if st.op is Ops.STORE and len(st.src) == 3 else []
+  while todo:
+    g = todo.pop()
+    if g.op is Ops.AND: todo += g.src
+    elif g.op is Ops.CMPLT and g.src[1].op is Ops.CONST and g.src[1].arg > 0: out.append(g)
+  return tuple(out)
 
 
 def parallel_axes(sink: UOp) -> set[UOp]:
@@ -357,7 +394,7 @@ def parallel_axes(sink: UOp) -> set[UOp]:
   for u in mem:
     buf = root_buffer(u.src[0])
     if not _is_global(buf): private.setdefault(buf, []).append(u)
-    elif u.op is Ops.STORE: candidates &= {r for r in scope[u] if injective_in(u.src[0].src[1], r)}
+    elif u.op is Ops.STORE: candidates &= {r for r in scope[u] if injective_in(u.src[0].src[1], r, store_gates(u))}
   for ops in private.values():  # a REG/LOCAL buffer written inside an axis is used inside it only ...
     inside_all = frozenset.intersection(*(scope[u] for u in ops))
     candidates -= frozenset().union(*(scope[u] for u in ops if u.op is Ops.STORE)) - inside_all
@@ -908,11 +945,6 @@ def _thread_tasks(plan: _Planner, work: int) -> None:
                           AxisType.THREAD, top=True)
 
 
-GROUP_MIN = 256                   # reduce sizes from which a workgroup shares one reduction
-GROUP_SIZES = (256, 128, 64, 32)  # its threads: the first that divides the axes and leaves each thread 2 or more elements
-GROUP_UNROLL = 4                  # consecutive elements a thread reads at once (one 16-byte load of f32) where they divide
-
-
 TC_WARPS = ((1, (4, 2)), (0, (2,)))  # (tile axis after TC, LOCAL factors to try): warps per workgroup along n, then m
 TC_BIG_WARPS = ((1, (2,)), (0, (2,)))  # the same for TC_BIG_TILE: 2 x 2 warps, a 128 x 128 workgroup tile
 
@@ -928,55 +960,18 @@ def _tensor_core_heuristics(plan: _Planner) -> bool:
 
 
 def _gpu_heuristics(plan: _Planner) -> None:
-  """A gemm of half-precision inputs goes on the tensor cores (`_tensor_core_heuristics`). A long reduction (GROUP_MIN or more) that no output axis reads contiguously (a row sum: one
-  thread per row reads its row with a stride) is shared by a workgroup (GROUP_REDUCE), whose threads
-  read consecutive runs of GROUP_UNROLL elements; the output elements go on the grid. Its sibling reductions (a fused
-  softmax's max and sum) are shared by the same threads, as are its sibling output loops (softmax's
-  division), 4-wide vectors per thread. Another reduction over output axes (a float32 gemm, a
-  convolution, attention's products) gets register tiles, unrolls and a workgroup over several output
-  axes (`uopc.stages.gpu_schedule`). Otherwise (elementwise) a workgroup along the contiguous output axis
-  (LOCAL) and 4-wide vectors per thread (UPCAST)."""
+  """A gemm of half-precision inputs goes on the tensor cores (`_tensor_core_heuristics`). A long row
+  reduction that no output axis reads contiguously (a row sum, softmax, layernorm) gets a workgroup
+  per row whose threads share the row's reductions and its sibling output loops, a number of threads
+  chosen from the row's length (`uopc.stages.gpu_rows`). Another reduction over output axes (a float32
+  gemm, a convolution, attention's products) gets register tiles, unrolls and a workgroup over several
+  output axes (`uopc.stages.gpu_schedule`). Otherwise (elementwise) a workgroup along the contiguous
+  output axis (LOCAL) and 4-wide vectors per thread (UPCAST)."""
   if _tensor_core_heuristics(plan): return
-  if threads := _group_reduce(plan):
-    for i in reversed(plan.axes(AxisType.LOOP)):
-      plan.split_by_first(i, (4,), AxisType.UPCAST)
-      plan.split_by_first(i, (threads,), AxisType.LOCAL)
-    return
-  from uopc.stages.gpu_schedule import tiled_reduction  # it builds on this module's helpers
-  if tiled_reduction(plan): return
+  from uopc.stages.gpu_rows import row_reduction  # these build on this module's helpers
+  from uopc.stages.gpu_schedule import tiled_reduction
+  if row_reduction(plan) or tiled_reduction(plan): return
   inner = _contiguous_output(plan)
   if inner is None: return
   plan.split_by_first(inner, (4,), AxisType.UPCAST)
   plan.split_by_first(inner, (256, 128, 64, 32, 16, 8, 4, 2), AxisType.LOCAL)
-
-
-def _group_reduce(plan: _Planner) -> int:
-  """Split the long reduce axes whose reads no output axis makes contiguous into GROUP_REDUCE threads
-  (see _gpu_heuristics): the best one, preferring one that the reads walk contiguously, and its
-  siblings, all into the same number of threads; that number, or 0."""
-  axes = kernel_axes(plan.sink)
-  outputs = {axes[i] for i in plan.axes(AxisType.GLOBAL)}
-  forms = [f[0] for u in _memory_ops(plan.sink) if u.op is Ops.LOAD and _is_global(root_buffer(u.src[0]))
-           and (f := affine(u.src[0].src[1])) is not None]
-  def unit(c: UOp) -> bool: return c.op is Ops.CONST and c.arg == 1
-  def candidate(i: int) -> bool:
-    size, reads = plan.size(i), [f for f in forms if axes[i] in f]
-    return isinstance(size, int) and size >= GROUP_MIN and not any(unit(c) for f in reads for r, c in f.items() if r in outputs)
-  long = [i for i in plan.axes(AxisType.REDUCE) if candidate(i)]
-  if not long: return 0
-  best = max(long, key=lambda i: (any(unit(f[axes[i]]) for f in forms if axes[i] in f), plan.size(i)))
-  near = nested_with(plan.sink)
-  shared = [i for i in long if i == best or axes[i] not in near.get(axes[best], frozenset())]
-  threads = next((k for k in GROUP_SIZES if all(plan.size(i) % k == 0 and plan.size(i) // k >= 2 for i in shared)), 0)
-  if not threads and not plan.axes(AxisType.GLOBAL):
-    # a kernel with no output axes (a whole-tensor reduction: a loss) would run on one thread: pad its long
-    # axes to a multiple of the group instead (masked iterations leave the accumulators as they are)
-    threads = next((k for k in GROUP_SIZES if all(plan.size(i) // k >= 2 for i in shared)), 0)
-    for i in shared:
-      if threads and plan.size(i) % threads: plan.apply(Opt(OptOp.PADTO, i, threads))
-  if not threads: return 0
-  done = []
-  for i in sorted(shared, reverse=True):  # from the last axis: a split renumbers only the axes after it
-    if plan.size(i) % (GROUP_UNROLL * threads) == 0: plan.split_by_first(i, (GROUP_UNROLL,), AxisType.UNROLL)
-    done.append(plan.split_by_first(i, (threads,), AxisType.GROUP_REDUCE))
-  return threads if any(done) else 0

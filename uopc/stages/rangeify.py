@@ -15,6 +15,11 @@
    by lowering: a REDUCE found not to fuse is marked realized and the program is lowered again. So is
    an expensive elementwise value that lowering finds computed again per iteration of an output loop
    (read through a broadcast inside a reduction: GELU inside an MLP's second matmul; `fusion_cost`).
+   On GPU targets (`rangeify(..., realize_nested=True)`), a long REDUCE (NESTED_MIN elements or more)
+   whose index moves with another reduction's loop (cross-entropy's per-row sums inside the mean over
+   rows) is realized too: nested, each outer iteration would run its reduction in turn inside one
+   workgroup, combining its threads' partials each time; realized, its values are one kernel whose
+   rows run side by side on the grid, and the outer reduction reads them.
    On CPU targets (`rangeify(..., split_reductions=True)`), a full reduction of SPLIT_MIN or more
    elements (every axis reduced, a multiple of SPLIT_CHUNKS elements) is first split in two: the
    reductions of SPLIT_CHUNKS equal chunks, realized (a kernel whose chunks Optimize makes THREAD
@@ -166,10 +171,10 @@ def _order(sink: UOp) -> list[UOp]:
   return sink.toposort(_data_srcs)
 
 
-def _realized(order: list[UOp], unfused: frozenset[UOp]) -> tuple[set[UOp], set[UOp]]:
+def _realized(order: list[UOp], unfused: frozenset[UOp], nested: frozenset[UOp] = frozenset()) -> tuple[set[UOp], set[UOp]]:
   """The values that get an intermediate buffer, and the REDUCEs read more than once per element that
-  are tried fused into their consumer (those in `unfused` were found not to fuse; see the module
-  docstring)."""
+  are tried fused into their consumer (those in `unfused` were found not to fuse, those in `nested`
+  are long reductions found inside another reduction's loop on a GPU; see the module docstring)."""
   uses: dict[UOp, int] = {u: 0 for u in order}
   reread: dict[UOp, bool] = {u: False for u in order}
   stored: set[UOp] = set()  # values a STORE writes as they are
@@ -179,7 +184,7 @@ def _realized(order: list[UOp], unfused: frozenset[UOp]) -> tuple[set[UOp], set[
     if u.op is Ops.STORE and len(u.src) == 2 and u.src[1].shape == u.src[0].shape: stored.add(u.src[1])
     read_again = u.op is Ops.REDUCE and (uses[u] > 1 or reread[u])
     if read_again and u not in unfused: fusing.add(u)
-    forced = u.op in (Ops.CONTIGUOUS, Ops.LOAD) or u in unfused and (read_again or u.op is not Ops.REDUCE)
+    forced = u.op in (Ops.CONTIGUOUS, Ops.LOAD) or u in nested or u in unfused and (read_again or u.op is not Ops.REDUCE)
     if forced and not (u in stored and uses[u] == 1): out.add(u)
     root = forced or u.op in (Ops.STORE, Ops.CALL, Ops.GETTUPLE)  # the start of a kernel (or of a CALL's)
     own_uses, own_reread = (1, False) if root else (uses[u], reread[u])
@@ -196,6 +201,17 @@ class _Unfused(Exception):
   def __init__(self, reduce: UOp):
     super().__init__()
     self.reduce = reduce
+
+
+class _Nested(Exception):
+  """A long REDUCE lowered inside another reduction's loop on a GPU: lower again with it realized."""
+
+  def __init__(self, reduce: UOp):
+    super().__init__()
+    self.reduce = reduce
+
+
+NESTED_MIN = 256  # elements of a nested reduction from which a GPU gets it realized (gpu_rows.GROUP_MIN: a workgroup's)
 
 
 # ---- lowering one kernel ------------------------------------------------------------------------------
@@ -253,6 +269,13 @@ class _Kernel:
     deps = set(_ranges(idx, valid))
     repeats = [r.src[0].arg if r.src[0].op is Ops.CONST else r.src[0] for r in self.enclosing[-1] if r not in deps]
     if repeats and repeats_expensive_work(elementwise_cost(u, self.program.costs), repeats): raise _Unfused(u)
+
+  def check_nested(self, u: UOp, ranges: list[UOp], outer: tuple[UOp, ...]) -> None:
+    """On a GPU, a long reduction whose index moves with another reduction's loop is realized (see the
+    module docstring)."""
+    if not self.program.realize_nested or not any(r.arg[1] is AxisType.REDUCE for r in outer): return
+    sizes = [r.src[0].arg for r in ranges]
+    if all(r.src[0].op is Ops.CONST for r in ranges) and prod(sizes) >= NESTED_MIN: raise _Nested(u)
 
   def load(self, buf: BufferInfo, idx: tuple[UOp, ...], valid: UOp | None) -> UOp:
     at = UOp(Ops.INDEX, self.ptr(buf).dtype, (self.ptr(buf), _flat(idx, buf.shape)))
@@ -354,6 +377,7 @@ class _Kernel:
     finally: self.enclosing.pop()
     if len(ranges) == 1 and (closed := collapse(red, simplify(value), ranges[0])) is not None: return closed
     if u in self.program.fusing: self.check_fused(u, idx, valid)  # a loop-free closed form fuses anywhere
+    self.check_nested(u, ranges, outer)
     acc = UOp(Ops.BUFFER, dt.ptr(AddrSpace.REG, 1), (), (self.n_regs, f"acc{self.n_regs}"))
     self.n_regs += 1
     zero = _idx(0)
@@ -419,8 +443,10 @@ class _Snapshot(Exception):
 
 
 class _Rangeify:
-  def __init__(self, sink: UOp, unfused: frozenset[UOp], snapshot: frozenset[UOp], split_reductions: bool):
+  def __init__(self, sink: UOp, unfused: frozenset[UOp], snapshot: frozenset[UOp], split_reductions: bool,
+               realize_nested: bool = False, nested: frozenset[UOp] = frozenset()):
     self.unfused, self.snapshot, self.split_reductions = unfused, snapshot, split_reductions
+    self.realize_nested, self.nested = realize_nested, nested
     self.costs: dict[UOp, int] = {}  # fusion_cost.elementwise_cost's memo
     self.version: dict[str, UOp | None] = {}                   # buffer name -> the STORE that wrote its contents
     self.replaced_by: dict[tuple[str, UOp | None], UOp] = {}   # (buffer name, version) -> the STORE that overwrote it
@@ -448,7 +474,7 @@ class _Rangeify:
 
   def emit(self, order: list[UOp]) -> None:
     """The kernels of a data graph, in order: its STOREs, realized values and CALLs."""
-    realized, fusing = _realized(order, self.unfused)
+    realized, fusing = _realized(order, self.unfused, self.nested)
     self.fusing |= fusing
     forwards = collective_calls.forwarded(order)
     for u in order:
@@ -506,7 +532,8 @@ class _Rangeify:
       stores = tuple(UOp(Ops.STORE, dtypes.void, (UOp(Ops.PARAM, v.dtype, (UOp.shape_of(v.shape),),
                                                          (n_args + i, name) + ((v.device,) if isinstance(v.device, str) else ())), v))
                      for i, (v, name) in enumerate(zip(body.src, names)))
-      self.callees[body] = (len(self.kernels), rangeify(UOp(Ops.SINK, dtypes.void, stores), self.split_reductions))
+      self.callees[body] = (len(self.kernels), rangeify(UOp(Ops.SINK, dtypes.void, stores), self.split_reductions,
+                                                                 self.realize_nested))
       self.kernels += self.callees[body][1].kernels
     return self.callees[body]
 
@@ -579,19 +606,23 @@ class _Rangeify:
     self.kernels.append(sink)
 
 
-def rangeify(sink: UOp, split_reductions: bool = False) -> KernelProgram:
+def rangeify(sink: UOp, split_reductions: bool = False, realize_nested: bool = False) -> KernelProgram:
   """Split a callified tensor program into kernels (see the module docstring); `split_reductions`:
-  split long full reductions in two (CPU targets)."""
+  split long full reductions in two (CPU targets); `realize_nested`: realize long reductions nested
+  in another reduction's loop (GPU targets)."""
   if split_reductions: sink = split_full_reductions(sink)
   sink = reads_before_writes(sink)
   unfused: frozenset[UOp] = frozenset()
   snapshot: frozenset[UOp] = frozenset()
+  nested: frozenset[UOp] = frozenset()
   while True:
     try:
-      r = _Rangeify(sink, unfused, snapshot, split_reductions)
+      r = _Rangeify(sink, unfused, snapshot, split_reductions, realize_nested, nested)
       break
     except _Unfused as e:
       unfused |= {e.reduce}
+    except _Nested as e:
+      nested |= {e.reduce}
     except _Snapshot as e:
       snapshot |= {e.store}
   return KernelProgram(tuple(r.kernels), tuple(sorted(r.buffers.values(), key=lambda b: b.slot)), r.variables, tuple(r.launches),

@@ -1,0 +1,176 @@
+"""GPU row reductions with few rows (uopc.stages.gpu_rows, and Rangeify's realized nested reductions):
+the threads per row the heuristics choose from the row's length (a divisor, runs of 4 first), the
+sibling output loops split the same way (none run whole by every thread), prime lengths padded, and a
+long reduction nested in another reduction's loop moved into a kernel of its own on GPUs. Each schedule
+is pinned (opts and kernel count, as `--print-after optimize` prints them), run in the emulator
+(which reports races and missing BARRIERs) against numpy, and assembled by ptxas for sm_80 and sm_90."""
+from __future__ import annotations
+
+import io
+
+import numpy as np
+import pytest
+
+from test_cuda_ptx import needs_ptxas, ptxas_accepts
+from test_group_reduce import row_reduce
+from test_tensor_programs import Func, layernorm, np_layernorm, np_softmax, softmax
+from uopc.driver import BuildOptions, build
+from uopc.dtype import dtypes
+from uopc.frontend import parse_source
+from uopc.ops import AxisType, Ops
+from uopc.pipeline import PrintOptions, compile_module
+from uopc.run import run_file
+from uopc.stages.gpu_rows import row_threads
+from uopc.stages.optimize import injective_in
+from uopc.uop import UOp
+
+
+def optimized(f: Func, target: str = "cuda") -> list[tuple[str, str]]:
+  """Each kernel's (axes, opts) after Optimize on `target`, as --print-after optimize shows them."""
+  out = io.StringIO()
+  compile_module(parse_source(f.text(), "t.uop"), target, "t", PrintOptions(after=frozenset({"optimize"}), out=out))
+  lines = out.getvalue().splitlines()
+  axes = [x[len("# axes: "):] for x in lines if x.startswith("# axes: ")]
+  return list(zip(axes, [x[len("# opts: "):] for x in lines if x.startswith("# opts: ")]))
+
+
+def emulated(f: Func, tmp_path, inputs: dict[str, np.ndarray], target: str = "cuda") -> np.ndarray:
+  (tmp_path / f"{f.name}.uop").write_text(f.text())
+  return run_file(tmp_path / f"{f.name}.uop", target=target, inputs=inputs, emulated=True).arrays["out"]
+
+
+def nested_loss(rows: int, n: int) -> Func:
+  """sum over rows of log2(sum over columns of exp(x)): each row's sum is read inside the loop over rows."""
+  f = Func("loss")
+  x, out = f.param("x", (rows, n)), f.param("out", (1, 1), out=True)
+  f.store(out, f.reduce(f.op("LOG2", f.reduce(f.exp(x), "ADD", (1,))), "ADD", (0,)))
+  return f
+
+
+@pytest.mark.parametrize("sizes, want", [
+  ([4096, 4096, 4096], (4, 256)),   # long rows: the most threads, several 16-byte runs each
+  ([768, 768, 768], (4, 192)),      # GPT-2's layernorm: one 16-byte run per thread
+  ([1000, 1000], (4, 250)),         # 1000 classes: 250 threads, not a power of two
+  ([512], (4, 128)), ([256], (4, 64)),
+  ([999], (1, 111)),                # odd: single elements, 9 each
+  ([1021], (1, 0)), ([1018], (1, 0)),  # a prime, twice a prime: no divisor from a warp up (padded instead)
+])
+def test_threads_per_row_divide_every_shared_size(sizes, want):
+  assert row_threads(sizes, 256) == want
+
+
+def test_few_long_rows_of_layernorm_use_one_16_byte_run_per_thread_in_every_loop():
+  """64 x 768: 192 threads per row share the mean's and the variance's reductions and the output loop
+  (before: 256 threads, each running the whole 768-wide output loop); one kernel."""
+  assert optimized(layernorm(64, 768)) == [("g64 l192 u4 G192 r4 G192 r4",
+                                            "SPLIT(3,4,r),SPLIT(3,192,G),SPLIT(2,4,r),SPLIT(2,192,G),SPLIT(1,4,u),SPLIT(1,192,l)")]
+
+
+def test_rows_of_1000_get_250_threads_and_many_long_rows_keep_their_schedule():
+  assert optimized(softmax(256, 1000)) == [("g256 l250 u4 G250 r4 G250 r4",
+                                            "SPLIT(3,4,r),SPLIT(3,250,G),SPLIT(2,4,r),SPLIT(2,250,G),SPLIT(1,4,u),SPLIT(1,250,l)")]
+  # 4096 x 4096 (bench_cuda.py, at 77-81% of the H100's copy bandwidth): as before
+  assert optimized(softmax(4096, 4096)) == [("g4096 L4 l256 u4 R4 G256 r4 R4 G256 r4",
+                                             "SPLIT(3,4,r),SPLIT(3,256,G),SPLIT(2,4,r),SPLIT(2,256,G),SPLIT(1,4,u),SPLIT(1,256,l)")]
+
+
+def test_a_prime_row_length_is_padded_in_its_reductions_and_its_output_loop():
+  [(axes, opts)] = optimized(softmax(8, 1021))
+  assert opts.startswith("PADTO(1,1024),PADTO(2,1024),PADTO(3,1024),") and axes == "g8 l256 u4 G256 r4 G256 r4"
+
+
+@pytest.mark.parametrize("target", ["cuda", "amd", "metal"])
+@pytest.mark.parametrize("rows, n", [(6, 768), (5, 1000), (3, 1021), (4, 999)])
+def test_emulated_rows_match_numpy(tmp_path, target, rows, n):
+  rng = np.random.default_rng(rows * n)
+  x = (rng.standard_normal((rows, n)) * 3).astype(np.float32)
+  np.testing.assert_allclose(emulated(softmax(rows, n), tmp_path, {"x": x}, target), np_softmax(x.astype(np.float64)), rtol=1e-5, atol=1e-9)
+  g, b = rng.standard_normal(n).astype(np.float32), rng.standard_normal(n).astype(np.float32)
+  got = emulated(layernorm(rows, n), tmp_path, {"x": x, "gamma": g, "beta": b}, target)
+  np.testing.assert_allclose(got, np_layernorm(x.astype(np.float64), g, b), rtol=1e-4, atol=1e-5)
+
+
+def test_a_long_reduction_nested_in_another_gets_its_own_kernel_on_gpus_only():
+  """The row sums run side by side (a workgroup of 250 threads per row) and the loss over rows reads
+  them, instead of one workgroup combining each row's partials in turn; CPUs keep one kernel."""
+  f = nested_loss(32, 1000)
+  assert optimized(f) == [("g32 G250 r4", "SPLIT(1,4,r),SPLIT(1,250,G)"), ("R32", "(none)")]
+  assert len(optimized(f, "c")) == 1
+  assert len(optimized(nested_loss(32, 100))) == 1  # short rows stay nested (under rangeify.NESTED_MIN)
+
+
+@pytest.mark.parametrize("target", ["c", "cuda", "amd", "metal"])
+def test_nested_loss_matches_numpy(tmp_path, target):
+  x = np.random.default_rng(7).standard_normal((32, 1000)).astype(np.float32)
+  (tmp_path / "loss.uop").write_text(nested_loss(32, 1000).text())
+  got = run_file(tmp_path / "loss.uop", target=target, inputs={"x": x}, emulated=target != "c").arrays["out"]
+  np.testing.assert_allclose(got, [[np.log2(np.exp(x.astype(np.float64)).sum(1)).sum()]], rtol=1e-5)
+
+
+@needs_ptxas
+@pytest.mark.parametrize("arch", ["sm_80", "sm_90"])
+def test_ptxas_accepts_the_row_kernels(tmp_path, arch):
+  funcs = [layernorm(64, 768), softmax(256, 1000), softmax(8, 1021), nested_loss(32, 1000), row_reduce(768, 64, "MAX")]
+  funcs[2].name = "softmax_prime"
+  (tmp_path / "rows.uop").write_text("".join(f.text() for f in funcs))
+  build(tmp_path / "rows.uop", BuildOptions(target="cuda", out_dir=tmp_path, emit=("ptx",)))
+  ptx = (tmp_path / "rows.ptx").read_text()
+  assert ptx.count("ld.global.v4.f32") >= 3 and "bar.sync" in ptx
+  ptxas_accepts(ptx, arch, tmp_path)
+
+
+def test_a_padded_output_loop_stays_parallel_through_its_gate():
+  """out[g * 1021 + 4 * L + u] with L < 256, u < 4 (1024 positions) is written only where 4 * L + u <
+  1021: one to one there (so the loop may be split into threads), not with a looser gate or none."""
+  def rng(n, i): return UOp(Ops.RANGE, dtypes.index, (UOp.const(dtypes.index, n),), (i, AxisType.LOOP))
+  def c(v): return UOp.const(dtypes.index, v)
+  g, loop, u = rng(8, 0), rng(256, 1), rng(4, 2)
+  inner = loop.alu(Ops.MUL, c(4)).alu(Ops.ADD, u)
+  address = g.alu(Ops.MUL, c(1021)).alu(Ops.ADD, inner)
+  def gate(n): return (UOp(Ops.CMPLT, dtypes.bool, (inner, c(n))),)
+  assert all(injective_in(address, r, gate(1021)) for r in (g, loop, u))
+  assert not any(injective_in(address, r, gate(1022)) for r in (g, loop, u))
+  assert not injective_in(address, g) and not injective_in(address, loop)
+  assert injective_in(inner, u) and injective_in(inner, loop)
+
+
+# ---- short rows and window sums (uopc.stages.gpu_schedule) ------------------------------------------------
+
+
+def test_few_short_rows_are_shared_by_threads_of_one_16_byte_run_each():
+  """768 rows of 64 (attention's softmax over 64 keys, 12 heads x 64 queries): 16 threads per row, 8
+  rows a workgroup (was one thread per row, 768 threads); 16384 rows keep a thread per row."""
+  assert optimized(row_reduce(768, 64, "MAX")) == [("g96 l8 G16 r4", "SPLIT(1,16,G,top),SPLIT(0,8,l),SPLIT(3,4,r)")]
+  assert optimized(row_reduce(16384, 64, "MAX")) == [("g1024 l16 R16 r4", "SPLIT(0,16,l),SPLIT(2,4,r)")]
+
+
+@pytest.mark.parametrize("target", ["cuda", "amd", "metal"])
+def test_short_rows_match_numpy(tmp_path, target):
+  x = np.random.default_rng(11).standard_normal((96, 64)).astype(np.float32)
+  np.testing.assert_allclose(emulated(row_reduce(96, 64, "ADD"), tmp_path, {"x": x}, target), x.astype(np.float64).sum(1, keepdims=True),
+                             rtol=1e-5, atol=1e-5)
+  x[5] = -np.inf
+  np.testing.assert_array_equal(emulated(row_reduce(96, 64, "MAX"), tmp_path, {"x": x}, target), x.max(1, keepdims=True))
+
+
+def _cumsum(rows: int, n: int) -> Func:
+  """tinygrad's cumsum, exported: a window sum over blocks of 256 of the padded row, then the blocks' offsets."""
+  tinygrad = pytest.importorskip("tinygrad", reason="tinygrad 0.14 is not installed (pip install -e '.[test]')")
+  import uopc
+  f = Func("cumsum")
+  f.text = lambda: uopc.export(lambda x: x.cumsum(-1), tinygrad.Tensor.empty(rows, n), name="cumsum")  # type: ignore[method-assign]
+  return f
+
+
+def test_a_window_sum_over_a_padded_row_takes_a_thread_per_output():
+  """tinygrad's cumsum of 64 x 1000: each output's 256-wide window is gated lane by lane, so a 4-wide
+  tile saves no load; a thread per output instead, 64 along the row (was 4 outputs a thread, 16 threads)."""
+  kernels = optimized(_cumsum(64, 1000))
+  assert kernels[0] == ("g64 g2 l2 g4 l64 R64 r4", "SPLIT(2,64,l),SPLIT(1,2,l),SPLIT(5,4,r)")
+  assert "u" not in kernels[1][0]
+
+
+@pytest.mark.parametrize("target", ["cuda", "metal"])
+def test_cumsum_matches_numpy(tmp_path, target):
+  x = np.random.default_rng(12).standard_normal((4, 600)).astype(np.float32)
+  np.testing.assert_allclose(emulated(_cumsum(4, 600), tmp_path, {"x": x}, target), np.cumsum(x.astype(np.float64), 1), rtol=1e-4, atol=1e-4)
