@@ -3,6 +3,7 @@ float64 check, a wrong result or a failed build is caught and reported, and the 
 tight enough to reject a one-element error. (The benchmark itself is `make bench`, not a test.)"""
 from __future__ import annotations
 
+import os
 import sys
 from pathlib import Path
 
@@ -12,6 +13,17 @@ import pytest
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from bench_cpu import MIN_RUNS, PAIRS, YARDSTICK_N, Row, WrongResult, check_close, main, measure, run_workload, table  # noqa: E402
 from runners import Numpy, Prepared, Tinygrad, Uopc, tinygrad_problem  # noqa: E402
+
+
+@pytest.fixture(autouse=True)
+def _restore_cc():
+  """The tinygrad runner sets $CC=clang for tinygrad's compiler: undone after each test, so that later
+  tests in this process build with the caller's compiler (test_build's CFLAGS test got clang, which only
+  warns about an unknown -Werror=...)."""
+  before = os.environ.get("CC")
+  yield
+  if before is None: os.environ.pop("CC", None)
+  else: os.environ["CC"] = before
 from workloads import Tolerance, convolutions, elementwise, gemms, reductions, rows  # noqa: E402
 
 SMALL = [*elementwise(1000), *rows(5, 33), *reductions(1000, 7, 9), *gemms((17,)), *convolutions(3, 6, 2)]
