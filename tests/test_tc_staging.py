@@ -21,13 +21,17 @@ from uopc.stages.tensor_cores import ASYNC, LDMATRIX
 from uopc.stages.optimize import heuristic_opts, optimize, parse_opts
 
 
-def _staged(f: Func):
+WARPS = {(128, 128): "TC(2,-1),SPLIT(1,4,l),SPLIT(0,2,l)", (64, 96): "TC(2,-1),SPLIT(0,2,l)", (64, 64): "TC(2,-1),SPLIT(1,2,l)"}
+
+
+def _staged(f: Func, opts: str | None = None):
+  """The kernel optimized with `opts` (None: the heuristics)."""
   kernel = next(iter(kernels_of(f.text(), GPU).values()))
-  return optimize(kernel, "k", GPU)
+  return optimize(kernel, "k", GPU, pinned=parse_opts(opts) if opts else None)
 
 
-def test_heuristic_tensor_core_gemm_stages_both_operands():
-  schedule = _staged(gemm_relu(128, 64, 128, "f16"))
+def test_tensor_core_gemm_of_several_warps_stages_both_operands():
+  schedule = _staged(gemm_relu(128, 64, 128, "f16"), WARPS[(128, 128)])
   nodes = schedule.sink.toposort()
   tiles = [u for u in nodes if u.op is Ops.BUFFER and u.dtype.addrspace is AddrSpace.LOCAL]
   # 3 stages of a: 64 rows (2 warps x 32) x 32 k (2 steps of 16); of b: 32 k x 128 columns (4 warps x 32); swizzled, unpadded
@@ -71,9 +75,7 @@ def test_staged_gemms_equal_unstaged_and_numpy(tmp_path, monkeypatch, dtype, lay
   f = gemm_relu(m, k, n, dtype) if layout == "row" else transposed_a(m, k, n, dtype)
   x = inputs(m, k, n, dtype)
   if layout != "row": x["a"] = np.ascontiguousarray(x["a"].T)
-  kernel = next(iter(kernels_of(f.text(), GPU).values()))
-  opts = ",".join(map(str, heuristic_opts(kernel, GPU)))
-  assert opts.startswith("TC(2,-1),")
+  opts = WARPS[(m, n)]  # several warps per workgroup: they share the staged tiles
   (tmp_path / "staged").mkdir(); (tmp_path / "plain").mkdir()  # noqa: E702
   staged = emulated(tmp_path / "staged", monkeypatch, f, x, opts)["out"]
   plain = emulated(tmp_path / "plain", monkeypatch, f, x, opts.replace("TC(2,-1)", "TC(2,-1,0)"))["out"]
@@ -100,6 +102,13 @@ def test_ptxas_accepts_staged_kernels(tmp_path, arch):
     CHECK: ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16
     """, tmp_path)
   ptxas_accepts(ptx, arch, tmp_path)
+
+
+def test_small_gemms_keep_enough_workgroups():
+  """Fewer warps per workgroup where 8 would leave fewer workgroups than the GPU has SMs."""
+  from uopc.stages.optimize import format_axes
+  assert format_axes(_staged(gemm_relu(256, 64, 256, "f16")).sink) == "g8 g8 R2 w32"  # 64 warp tiles: one warp each
+  assert format_axes(_staged(gemm_relu(1024, 64, 1024, "f16")).sink) == "g32 g8 l4 R2 w32"  # 1024: 4 warps, 256 workgroups
 
 
 def test_large_gemms_get_64x64_warp_tiles_and_2x2_warps():

@@ -947,15 +947,19 @@ def _thread_tasks(plan: _Planner, work: int) -> None:
 
 TC_WARPS = ((1, (4, 2)), (0, (2,)))  # (tile axis after TC, LOCAL factors to try): warps per workgroup along n, then m
 TC_BIG_WARPS = ((1, (2,)), (0, (2,)))  # the same for TC_BIG_TILE: 2 x 2 warps, a 128 x 128 workgroup tile
+TC_MIN_WORKGROUPS = 132  # ... each only where the workgroups stay at least this many (one per SM of an H100)
 
 
 def _tensor_core_heuristics(plan: _Planner) -> bool:
   """TC on the kernel's one REDUCE axis where it fits (a half-precision gemm), with up to 8 warps per
-  workgroup (4 for the big warp tile), whose operand tiles are staged in LOCAL memory."""
+  workgroup (4 for the big warp tile), whose operand tiles are staged in LOCAL memory; a small gemm
+  keeps fewer warps per workgroup so that its workgroups still fill the GPU's SMs (TC_MIN_WORKGROUPS)."""
   reduces = plan.axes(AxisType.REDUCE)
   if not plan.caps.tensor_cores or len(reduces) != 1 or not plan.apply(Opt(OptOp.TC, reduces[0], (-1,))): return False
   big = sum(u.op is Ops.WMMA for u in plan.sink.toposort()) >= TC_BIG_TILE[0] * TC_BIG_TILE[1]
-  for axis, factors in TC_BIG_WARPS if big else TC_WARPS: plan.split_by_first(axis, factors, AxisType.LOCAL)
+  groups = math.prod(s for i in (0, 1) if isinstance(s := plan.size(i), int))  # warp tiles: one warp each so far
+  for axis, factors in TC_BIG_WARPS if big else TC_WARPS:
+    groups //= plan.split_by_first(axis, [k for k in factors if groups // k >= TC_MIN_WORKGROUPS], AxisType.LOCAL) or 1
   return True
 
 
