@@ -1,0 +1,180 @@
+"""The TC opt (tensor cores) of Optimize, and the heuristics that choose it: a part of
+uopc/stages/optimize.py, whose module docstring states what TC does to a kernel.
+
+`tensor_core` turns a gemm-shaped kernel (acc += CAST(a[m, k]) * CAST(b[k, n]) over the REDUCE axis k)
+into warp tiles of the target's tensor core (uopc/stages/tensor_cores.py): m and n become tile axes,
+a WARP axis of 32 lanes joins them, each iteration of k takes TC_K_STEPS tensor-core K-steps, and
+the epilogue runs once per accumulator element; `tensor_core_heuristics` applies it with the warps
+per workgroup the gemm's size allows. Optimize then stages the operands in LOCAL memory
+(uopc/stages/tc_staging.py). Invariant: a kernel TC does not fit is refused with an OptError saying
+why, never rewritten into something else.
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Mapping
+
+from uopc.dtype import AddrSpace, dtypes
+from uopc.ops import AxisType, Ops
+from uopc.rewrite import substitute
+from uopc.stages.optimize import (Opt, OptError, OptOp, TargetCaps, Trace, _axis, _is_global, _memory_ops, _Planner, _range,
+                                  accumulator_update, axis_size, axis_type, kernel_axes, note, root_buffer, scopes)
+from uopc.stages.tensor_cores import WARP_SIZE, TensorCore
+from uopc.symbolic import simplify
+from uopc.uop import UOp
+
+
+@dataclass(frozen=True)
+class _Gemm:
+  """A kernel's reduction acc = acc + CAST(a[m, k]) * CAST(b[k, n]) (see TC in the module docstring)."""
+  m: UOp; n: UOp; k: UOp  # noqa: E702
+  a: UOp; b: UOp          # noqa: E702  the LOADs of a and b
+  acc: UOp                # the REG accumulator
+  init: UOp               # its initial value
+  result: UOp             # the LOAD of the finished sum
+
+
+def _gemm(sink: UOp, k: UOp) -> _Gemm:
+  """The kernel as a gemm over the REDUCE axis k, or an OptError saying what does not fit."""
+  axes = kernel_axes(sink)
+  outputs = [r for r in axes if axis_type(r) is AxisType.GLOBAL]
+  if axis_type(k) is not AxisType.REDUCE or len(outputs) != 2 or len(axes) != 3:
+    raise OptError("TC needs a kernel of two GLOBAL output axes and one REDUCE axis (a gemm), the REDUCE axis named")
+  scope = scopes(sink)
+  stores = [u for u in _memory_ops(sink) if u.op is Ops.STORE]
+  updates = [u for u in stores if k in scope[u]]
+  if len(updates) != 1 or accumulator_update(updates[0]) is not Ops.ADD:
+    raise OptError("TC needs the reduction to be one accumulator update acc = acc + v")
+  update = updates[0]
+  acc = root_buffer(update.src[0])
+  product = next(s for s in update.src[1].src if not (s.op is Ops.LOAD and root_buffer(s.src[0]) is acc))
+  def input_load(x: UOp) -> UOp | None:
+    ok = x.op is Ops.CAST and x.src[0].op is Ops.LOAD and len(x.src[0].src) == 1 and _is_global(root_buffer(x.src[0].src[0]))
+    return x.src[0] if ok else None
+  loads = [input_load(x) for x in product.src] if product.op is Ops.MUL else [None]
+  if None in loads: raise OptError("TC needs acc + CAST(LOAD a) * CAST(LOAD b), ungated loads of global buffers")
+  def outputs_of(load: UOp) -> list[UOp]: return [r for r in outputs if r in load.toposort()]
+  a, b = sorted(loads, key=lambda x: outputs_of(x) != [outputs[0]])
+  if outputs_of(a) != [outputs[0]] or outputs_of(b) != [outputs[1]] or not all(k in x.toposort() for x in (a, b)):
+    raise OptError("TC needs one operand to read along the first output axis and k, the other along the second and k")
+  inits = [u for u in stores if root_buffer(u.src[0]) is acc and u is not update]
+  results = [u for u in sink.toposort() if u.op is Ops.LOAD and root_buffer(u.src[0]) is acc and k not in scope[u] and u not in update.toposort()]
+  if len(inits) != 1 or len(results) != 1: raise OptError("TC needs the accumulator initialised once and read once after the reduction")
+  return _Gemm(outputs[0], outputs[1], k, a, b, acc, inits[0].src[1], results[0])
+
+
+def _pick_tensor_core(g: _Gemm, caps: TargetCaps, choice: int) -> TensorCore:
+  fits = [tc for tc in caps.tensor_cores if tc.input == g.a.dtype == g.b.dtype and tc.acc == g.acc.dtype.base]
+  if choice != -1:
+    if not 0 <= choice < len(caps.tensor_cores): raise OptError(f"tensor core {choice} does not exist; {caps.name} has {len(caps.tensor_cores)}")
+    if caps.tensor_cores[choice] not in fits: raise OptError(f"tensor core {choice} ({caps.tensor_cores[choice]}) does not fit these dtypes")
+    fits = [caps.tensor_cores[choice]]
+  if not fits:
+    have = ", ".join(map(str, caps.tensor_cores))
+    raise OptError(f"no tensor core for {g.a.dtype.name} x {g.b.dtype.name} -> {g.acc.dtype.base.name}; {caps.name} has {have}")
+  tc = fits[0]
+  sizes, tiles = (axis_size(g.m), axis_size(g.n), axis_size(g.k)), tc.dims
+  if not all(isinstance(s, int) and s % t == 0 for s, t in zip(sizes, tiles)):
+    raise OptError(f"{tc}: the sizes M x N x K = {' x '.join(map(str, sizes))} must be multiples of {' x '.join(map(str, tiles))}")
+  return tc
+
+
+TC_WARP_TILES = ((2, 4), (2, 2), (1, 2), (1, 1))  # tensor-core tiles per warp (along m, n): the first that divides
+TC_BIG_TILE = (4, 8)       # 64 x 64 outputs per warp (m16n8k16): each fragment serves 8 or 4 WMMAs ...
+TC_BIG_TILE_WARPS = 512    # ... where the gemm still has this many warp tiles (about 4 per SM of an H100)
+TC_K_STEPS = (2, 1)  # tensor-core K-steps per reduction iteration: the first that divides
+
+
+def tc_warp_tile(m: int, n: int, tc: TensorCore) -> tuple[int, int]:
+  """Tensor-core tiles per warp along m and n for an m x n output: TC_BIG_TILE where it divides and
+  leaves TC_BIG_TILE_WARPS warps or more, else the first of TC_WARP_TILES that divides."""
+  (tm, tn, _), (bm, bn) = tc.dims, TC_BIG_TILE
+  if m % (tm * bm) == 0 and n % (tn * bn) == 0 and (m // (tm * bm)) * (n // (tn * bn)) >= TC_BIG_TILE_WARPS: return TC_BIG_TILE
+  return next((a, b) for a, b in TC_WARP_TILES if m % (tm * a) == 0 and n % (tn * b) == 0)
+
+
+def tensor_core(sink: UOp, opt: Opt, caps: TargetCaps, trace: Trace | None) -> UOp:
+  """TC (module docstring): the gemm's warp tiles on the grid and the reduction as WMMAs of the warp's
+  fragments. A warp computes up to 2 x 4 tensor-core tiles (TC_WARP_TILES), so that each fragment of a
+  it loads serves 4 WMMAs and each of b serves 2; a reduction iteration takes TC_K_STEPS K-steps where
+  they divide, each tile's WMMAs chained in k order (fewer, larger iterations: fewer barriers once the
+  operands are staged in LOCAL memory, `uopc.stages.tc_staging`)."""
+  if not caps.tensor_cores: raise OptError(f"target {caps.name} has no tensor cores")
+  axes = kernel_axes(sink)
+  g = _gemm(sink, _axis(axes, opt.axis))
+  tc = _pick_tensor_core(g, caps, opt.arg[0])
+  (tm, tn, tk), idx = tc.dims, dtypes.index
+  wm, wn = tc_warp_tile(axis_size(g.m), axis_size(g.n), tc)
+  ks = next(s for s in TC_K_STEPS if axis_size(g.k) % (tk * s) == 0)
+  m, n, k = (_range(axis_size(r) // t, r.arg[0], axis_type(r)) for r, t in ((g.m, tm * wm), (g.n, tn * wn), (g.k, tk * ks)))
+  lane = _range(WARP_SIZE, max(r.arg[0] for r in axes) + 1, AxisType.WARP)
+  group, pair = lane.alu(Ops.IDIV, UOp.const(idx, 4)), lane.alu(Ops.MOD, UOp.const(idx, 4)).alu(Ops.MUL, UOp.const(idx, 2))
+  def at(tile: UOp, size: int, part: UOp, offset: int) -> UOp:  # tile * size + part + offset
+    return simplify(tile.alu(Ops.MUL, UOp.const(idx, size)).alu(Ops.ADD, part).alu(Ops.ADD, UOp.const(idx, offset)))
+  def row(i: int, dm: int) -> UOp: return at(m, tm * wm, group, tm * i + dm)
+  def fragment(load: UOp, places) -> UOp:
+    return UOp(Ops.STACK, load.dtype.vec(len(places)), tuple(substitute(load, dict(p)) for p in places))
+  a = [[fragment(g.a, [((g.m, row(i, dm)), (g.k, at(k, tk * ks, pair, tk * s + dk))) for dm, dk in tc.a]) for i in range(wm)]
+       for s in range(ks)]
+  b = [[fragment(g.b, [((g.k, at(k, tk * ks, pair, tk * s + dk)), (g.n, at(n, tn * wn, group, tn * j + dn))) for dk, dn in tc.b])
+        for j in range(wn)] for s in range(ks)]
+  tiles = [(i, j) for i in range(wm) for j in range(wn)]
+  c, vec = len(tc.c), tc.acc.vec(len(tc.c))
+  acc = UOp(Ops.BUFFER, tc.acc.ptr(AddrSpace.REG, c * len(tiles)), g.acc.src, g.acc.arg)
+  def tile_of(buf: UOp, t: int) -> UOp: return UOp(Ops.INDEX, acc.dtype, (buf, UOp.const(idx, c * t)))
+  init = UOp(Ops.GROUP, dtypes.void, tuple(UOp(Ops.STORE, dtypes.void, (tile_of(UOp(Ops.AFTER, acc.dtype, (acc, m, n, lane)), t),
+                                                                          UOp(Ops.STACK, vec, (g.init,) * c))) for t in range(len(tiles))))
+  inside = UOp(Ops.AFTER, acc.dtype, (acc, init, k))
+  def chain(t: int, i: int, j: int) -> UOp:  # the tile's WMMAs over the iteration's K-steps, in k order
+    x = UOp(Ops.LOAD, vec, (tile_of(inside, t),))
+    for s in range(ks): x = UOp(Ops.WMMA, vec, (a[s][i], b[s][j], x), tc.arg)
+    return x
+  mmas = [chain(t, i, j) for t, (i, j) in enumerate(tiles)]
+  loop = UOp(Ops.END, dtypes.void, (UOp(Ops.GROUP, dtypes.void, tuple(UOp(Ops.STORE, dtypes.void, (tile_of(acc, t), x))
+                                                                      for t, x in enumerate(mmas))), k))
+  done = UOp(Ops.AFTER, acc.dtype, (acc, loop))
+  # the epilogue once per accumulator element, at that element's row and column
+  ends = {u: u.src[0] for u in sink.toposort() if u.op is Ops.END and u.src[1] in (g.m, g.n)}
+  body = _without_ends(sink, ends)
+  def epilogue(t: int, e: int) -> tuple[UOp, ...]:
+    (i, j), (dm, dn) = tiles[t], tc.c[e]
+    total = UOp(Ops.LOAD, vec, (tile_of(done, t),))
+    places = {g.result: UOp(Ops.GEP, tc.acc, (total,), e), g.m: row(i, dm), g.n: at(n, tn * wn, pair, tn * j + dn)}
+    return substitute(body, places).src
+  out = UOp(Ops.GROUP, dtypes.void, tuple(x for t in range(len(tiles)) for e in range(c) for x in epilogue(t, e)))
+  for r in (lane, n, m): out = UOp(Ops.END, dtypes.void, (out, r))
+  out = UOp(Ops.SINK, dtypes.void, (out,))
+  if {g.m, g.n, g.k} & set(out.toposort()): raise OptError("TC could not move every use of the gemm's axes onto its tiles")
+  note(trace, sink, out)
+  return out
+
+
+def _without_ends(sink: UOp, ends: Mapping[UOp, UOp]) -> UOp:
+  """sink with the ENDs in `ends` replaced by their bodies (the loops they close are rebuilt around)."""
+  memo: dict[UOp, UOp] = {}
+  for u in sink.toposort():
+    src = tuple(memo[s] for s in u.src)
+    memo[u] = memo[ends[u]] if u in ends else u if src == u.src else u.replace(src=src)
+  return memo[sink]
+
+
+# ---- heuristics ---------------------------------------------------------------------------------------------
+
+
+TC_WARPS = ((1, (4, 2)), (0, (2,)))  # (tile axis after TC, LOCAL factors to try): warps per workgroup along n, then m
+TC_BIG_WARPS = ((1, (2,)), (0, (2,)))  # the same for TC_BIG_TILE: 2 x 2 warps, a 128 x 128 workgroup tile
+TC_MIN_WORKGROUPS = 132  # ... each only where the workgroups stay at least this many (one per SM of an H100)
+
+
+def tensor_core_heuristics(plan: _Planner) -> bool:
+  """TC on the kernel's one REDUCE axis where it fits (a half-precision gemm), with up to 8 warps per
+  workgroup (4 for the big warp tile), whose operand tiles are staged in LOCAL memory; a small gemm
+  keeps fewer warps per workgroup so that its workgroups still fill the GPU's SMs (TC_MIN_WORKGROUPS)."""
+  reduces = plan.axes(AxisType.REDUCE)
+  if not plan.caps.tensor_cores or len(reduces) != 1 or not plan.apply(Opt(OptOp.TC, reduces[0], (-1,))): return False
+  big = sum(u.op is Ops.WMMA for u in plan.sink.toposort()) >= TC_BIG_TILE[0] * TC_BIG_TILE[1]
+  groups = math.prod(s for i in (0, 1) if isinstance(s := plan.size(i), int))  # warp tiles: one warp each so far
+  for axis, factors in TC_BIG_WARPS if big else TC_WARPS:
+    groups //= plan.split_by_first(axis, [k for k in factors if groups // k >= TC_MIN_WORKGROUPS], AxisType.LOCAL) or 1
+  return True
