@@ -59,7 +59,7 @@ def uopc(*args):
 
 def uopc_process(*args, cwd: Path) -> subprocess.CompletedProcess:
   """uopc in a fresh Python process (nothing cached from this one)."""
-  env = dict(os.environ, PYTHONPATH=str(ROOT))
+  env = dict(os.environ, PYTHONPATH=os.pathsep.join(p for p in (str(ROOT), os.environ.get("PYTHONPATH")) if p))  # keep the caller's too
   return subprocess.run([sys.executable, "-m", "uopc", *map(str, args)], capture_output=True, text=True, cwd=cwd, env=env)
 
 
