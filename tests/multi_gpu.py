@@ -10,6 +10,8 @@ import pathlib
 
 import numpy as np
 
+from test_cuda_gpu import check, cuda_driver
+
 
 def load_nccl() -> str | None:
   """Load libnccl.so.2 (RTLD_GLOBAL: a later dlopen of that name finds it) from the loader's path or an
@@ -30,14 +32,12 @@ def load_nccl() -> str | None:
 class Gpus:
   """Every CUDA device's primary context and one stream in it; device memory by device index."""
 
+  check = staticmethod(check)
+
   def __init__(self):
-    self.cu = ctypes.CDLL("libcuda.so.1")
-    self.check(self.cu.cuInit(0), "cuInit")
-    count = ctypes.c_int()
-    self.check(self.cu.cuDeviceGetCount(ctypes.byref(count)), "cuDeviceGetCount")
-    if count.value == 0: raise RuntimeError("no CUDA device")
+    self.cu, count = cuda_driver()
     self.ctxs, self.streams = [], []
-    for i in range(count.value):
+    for i in range(count):
       dev, ctx, stream = ctypes.c_int(), ctypes.c_void_p(), ctypes.c_void_p()
       self.check(self.cu.cuDeviceGet(ctypes.byref(dev), i), "cuDeviceGet")
       self.check(self.cu.cuDevicePrimaryCtxRetain(ctypes.byref(ctx), dev), "cuDevicePrimaryCtxRetain")
@@ -48,10 +48,6 @@ class Gpus:
     self.cu.cuCtxSetCurrent(self.ctxs[0])
 
   def __len__(self) -> int: return len(self.ctxs)
-
-  @staticmethod
-  def check(err: int, what: str) -> None:
-    if err != 0: raise RuntimeError(f"{what} failed with CUresult {err}")
 
   def upload(self, gpu: int, host: np.ndarray) -> int:
     ptr = ctypes.c_uint64()

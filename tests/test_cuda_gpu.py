@@ -41,23 +41,30 @@ idx = dtypes.index
 
 
 # ---- the CUDA driver, through ctypes ----------------------------------------------------------------------------
+def check(err: int, what: str) -> None:
+  if err != 0: raise RuntimeError(f"{what} failed with CUresult {err}")
+
+
+def cuda_driver() -> tuple[ctypes.CDLL, int]:
+  """libcuda.so.1, initialised, and its number of devices (OSError or RuntimeError where there is none)."""
+  cu = ctypes.CDLL("libcuda.so.1")
+  check(cu.cuInit(0), "cuInit")
+  count = ctypes.c_int()
+  check(cu.cuDeviceGetCount(ctypes.byref(count)), "cuDeviceGetCount")
+  if count.value == 0: raise RuntimeError("no CUDA device")
+  return cu, count.value
+
+
 class Driver:
   """The few driver calls the harness needs: a primary context, device memory and copies."""
+  check = staticmethod(check)
 
   def __init__(self):
-    self.cu = ctypes.CDLL("libcuda.so.1")
-    self.check(self.cu.cuInit(0), "cuInit")
-    count = ctypes.c_int()
-    self.check(self.cu.cuDeviceGetCount(ctypes.byref(count)), "cuDeviceGetCount")
-    if count.value == 0: raise RuntimeError("no CUDA device")
+    self.cu, _ = cuda_driver()
     dev, self.ctx = ctypes.c_int(), ctypes.c_void_p()
     self.check(self.cu.cuDeviceGet(ctypes.byref(dev), 0), "cuDeviceGet")
     self.check(self.cu.cuDevicePrimaryCtxRetain(ctypes.byref(self.ctx), dev), "cuDevicePrimaryCtxRetain")
     self.check(self.cu.cuCtxSetCurrent(self.ctx), "cuCtxSetCurrent")
-
-  @staticmethod
-  def check(err: int, what: str) -> None:
-    if err != 0: raise RuntimeError(f"{what} failed with CUresult {err}")
 
   def upload(self, host: np.ndarray) -> int:
     ptr = ctypes.c_uint64()
