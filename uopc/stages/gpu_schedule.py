@@ -34,8 +34,8 @@ from uopc.stages.optimize import (_contiguous_output, _in_gated_load, _is_global
 
 GPU_MIN_THREADS = 1 << 14    # threads that keep a large GPU's multiprocessors busy (an H100: 132 of them, 4 warps each)
 GPU_TILE_THREADS = 1 << 11   # threads a register tile may leave where the reduction is then shared (GPU_GROUPS)
-GPU_TILES = ((4, 8), (4, 4), (4, 2), (4, 1), (2, 1))  # (u_inner, u_other), largest first
-GPU_TILE_ACCS = 32           # accumulators a thread keeps at most (tile elements times the kernel's sibling reductions)
+GPU_TILES = ((8, 8), (4, 8), (4, 4), (4, 2), (4, 1), (2, 1))  # (u_inner, u_other), largest first
+GPU_TILE_ACCS = 64           # accumulators a thread keeps at most (tile elements times the kernel's sibling reductions)
 GPU_PARTIAL_BYTES = 16384    # LOCAL memory a workgroup's shared reductions may use for their partials
 GPU_WORKGROUP = 128          # threads of a tiled kernel's workgroup ...
 GPU_MIN_WORKGROUPS = 256     # ... fewer where it would leave fewer workgroups than this (down to a warp)
