@@ -23,8 +23,8 @@ def schedule(f: Func) -> list[str]:
 
 
 def test_a_large_gemm_gets_a_register_tile_a_two_axis_workgroup_and_an_unrolled_reduction():
-  # rows u8 (a's values serve 4 columns), columns u4 (16-byte loads of b and stores of c), 8 x 16 threads
-  assert schedule(gemm(1024, 1024, 1024)) == ["g16 l8 u8 g16 l16 u4 R256 r4"]
+  # rows u8 (a's values serve 8 columns), columns u8 (two 16-byte loads of b and stores of c), 4 x 16 threads
+  assert schedule(gemm(1024, 1024, 1024)) == ["g32 l4 u8 g8 l16 u8 R256 r4"]
 
 
 def test_a_convolution_unrolls_its_window_and_tiles_its_output_channels_not_its_padded_rows():
