@@ -38,11 +38,11 @@ def _callify(sink: UOp, name: str) -> UOp:
 
 
 def _rangeify(target: str) -> Callable[[UOp, str], Any]:
-  """Rangeify; on the CPU targets, whose THREAD tasks need an output axis to split, long full
-  reductions are split into chunks first (see uopc.stages.rangeify)."""
+  """Rangeify; on the CPU targets, with their rewrites (uopc.stages.cpu_graph: long full reductions split
+  into chunks for THREAD tasks, half-precision operands converted once)."""
   def run(sink: UOp, name: str):
     from uopc.stages.rangeify import rangeify
-    return rangeify(sink, split_reductions=target in ("c", "llvm"))
+    return rangeify(sink, cpu=target in ("c", "llvm"))
   return run
 
 
