@@ -14,9 +14,9 @@
    changes is that each operand's widening is a value of its own: one widening per element read, which
    Rangeify's fusion cost (`uopc.stages.fusion_cost`, CPU weights) realizes into a float32 buffer when a
    reduction would convert it again for every output it meets. A float16 gemm then reads floats, with
-   the float32 gemm's register tile, and converts only each product's rounding (F16C's conversions
-   share the FP ports with the products and sums: half_matmul 256 with --cpu native converted each
-   operand per use, 0.69 ms against 0.20 ms for float32, and 0.36 ms with converted inputs).
+   the float32 gemm's register tile, and converts only each product's rounding (half_matmul 256 with
+   --cpu native on one thread: 0.64 ms converting the operands per use, 0.47 ms converted once, against
+   0.15 ms for float32; tests/bench/RESULTS.md, issue 19).
 """
 from __future__ import annotations
 

@@ -11,8 +11,9 @@ into a buffer of its own, computed once per element. Cheap chains (a bias add an
 On CPU targets a widening CAST from float16 or bfloat16 weighs EXPENSIVE too (`CPU_WEIGHT`): inside a
 reduction it runs on the same vector ports as the products and sums, once per output element it
 meets. A half-precision gemm's operands (widened by `uopc.stages.cpu_graph`) are then converted once
-into float32 buffers and the gemm reads floats: half_matmul 256, --cpu native, 0.69 -> 0.36 ms
-against 0.20 ms for float32 (the rest is each product's rounding to float16, which the program asks for).
+into float32 buffers and the gemm reads floats: half_matmul 256, --cpu native, one thread, 0.64 -> 0.47
+ms against 0.15 ms for float32 (the rest is each product's rounding to float16, which the program asks
+for; tests/bench/RESULTS.md, issue 19).
 """
 from __future__ import annotations
 
