@@ -8,9 +8,9 @@
 2. Half-precision arithmetic in float. ADD, SUB, MUL and DIV of float16 or bfloat16 values become the
    float32 op on the widened operands, rounded back once: `CAST(MUL(CAST(x) : f32, CAST(y) : f32)) : f16`.
    That is how both CPU renderers compute them already (C widens to float and rounds once; LLVM's
-   fpext/fptrunc, and `round_bf16` for bfloat16), so no value changes: float's 24 bits are at least
-   2p+2 for p = 11 (float16) and 8 (bfloat16), so one float op then one rounding is the correctly
-   rounded half-precision result (a product of two float16 values is even exact in float). What
+   fpext/fptrunc, and `round_bf16` for bfloat16), so no value changes (and float's 24 bits are at
+   least 2p+2 for p = 11 and 8: one float op then one rounding is the correctly rounded result, tiny
+   bfloat16 results in float's subnormal range aside; a product of two float16 values is exact). What
    changes is that each operand's widening is a value of its own: one widening per element read, which
    Rangeify's fusion cost (`uopc.stages.fusion_cost`, CPU weights) realizes into a float32 buffer when a
    reduction would convert it again for every output it meets. A float16 gemm then reads floats, with
