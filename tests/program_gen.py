@@ -7,6 +7,14 @@ compiler: the expectations follow SPEC-NOTES (wrapping integers, truncating IDIV
 dividend's sign, float16/bfloat16 computed in float32 and rounded once, REDUCE accumulating in the
 element dtype in row-major order of the reduced axes).
 
+Some ops write the forms that the compiler folds, as tinygrad writes them, so that the folded forms are
+checked against numpy's evaluation of the unfolded ones: `arange` (a window sum of ones cut from a
+padded, tiled row: Rangeify's closed form), its prefix sum of any vector (the same windows, not folded),
+the one-hot gather (`arange == idx` selecting rows of a table, summed: an indexed load) and POW by a
+constant exponent (multiplications, a RECIP, a SQRT in Instruction Selection), the last only where
+every target's result is exactly rounded (an exponent 0, 1, 2, -1 or 0.5, or a power that is exact
+in float32).
+
 Programs never hit undefined behaviour: the generator knows every intermediate value, so it only
 casts floats to integers that fit, and makes divisors nonzero (OR 1) and shift amounts in range
 (AND bits-1) where the drawn values would not be.
@@ -15,6 +23,7 @@ from __future__ import annotations
 
 import itertools
 from dataclasses import dataclass, field
+from fractions import Fraction
 from math import prod
 
 import numpy as np
@@ -108,6 +117,36 @@ def reduce(op: str, dt: str, x: np.ndarray, axes: tuple[int, ...]) -> np.ndarray
   acc = np.full(moved.shape[:-1], init, NP[dt]) if dt != "bf16" else np.full(moved.shape[:-1], init, np.float32).astype(bfloat16)
   for k in range(moved.shape[-1]): acc = binary(op, dt, acc, moved[..., k])
   return acc.reshape([1 if i in axes else d for i, d in enumerate(x.shape)])
+
+
+def power(x: np.ndarray, dt: str, e) -> np.ndarray:
+  """POW by a constant exponent, exactly rounded (see `exact_power` for when that is what every target
+  computes): pow's special values, pow(x, 0) = 1 even for NaN, pow(-0.0, 0.5) = +0.0, pow(-inf, 0.5) = +inf."""
+  x64 = x.astype(np.float64)
+  with np.errstate(all="ignore"):
+    if e == 0.5: r = np.where(x64 == -np.inf, np.inf, np.sqrt(x64) + 0.0)
+    elif e == 0: r = np.ones_like(x64)
+    else:
+      p = x64 if abs(e) == 1 else x64 * x64 if abs(e) == 2 else np.power(x64, float(abs(e)))
+      r = 1.0 / p if e < 0 else p
+  return to_float(r, dt)
+
+
+def exact_power(x: np.ndarray, dt: str, e) -> bool:
+  """Is POW(x, e) exactly rounded on every target? Exponents 0, 1, 2, -1, 0.5 always are (one operation,
+  or none); 3, 4, -2 (and -3, -4 of 16-bit floats and float64) when every finite x**|e| is exact in float32
+  (then the products are exact in any working precision, and the RECIP is one rounding; float32's
+  x**-3 and x**-4 stay the general POW on a target without float64)."""
+  if e in (0, 1, 2, -1, 0.5): return True
+  if dt == "f32" and e in (-3, -4): return False
+  finite = x.astype(np.float64)[np.isfinite(x.astype(np.float64))]
+  return all(_exact_in_f32(Fraction(float(v)) ** k) for v in finite for k in range(2, abs(int(e)) + 1))
+
+
+def _exact_in_f32(q: Fraction) -> bool:
+  if abs(q) > 2 ** 128: return False
+  with np.errstate(all="ignore"): f = np.float32(float(q))
+  return bool(np.isfinite(f)) and Fraction(float(f)) == q
 
 
 # ---- programs ------------------------------------------------------------------------------------------
@@ -288,6 +327,79 @@ class _Builder:
     text = "(" + ", ".join(map(str, axes)) + ("," if len(axes) == 1 else "") + ")"
     self.emit(f"REDUCE({v.name}) {{({op}, {text})}}", v.dt, reduce(op, v.dt, v.value, axes))
 
+  # ---- the forms the compiler folds (see the module docstring) ----
+  def windows(self, v: Value) -> Value:
+    """The prefix sum of 1-D `v` as tinygrad's cumsum writes it: v padded with n-1 zeros in front, tiled
+    n+1 times, cut into n rows of 2n (row k holds the window starting at k), shrunk to [n, n], summed over k."""
+    n, dt = v.shape[0], v.dt
+    padded = np.concatenate([np.zeros(n - 1, v.value.dtype), v.value])
+    p = self.emit(f"PAD({v.name}, [{n - 1}], [{2 * n - 1}])", dt, padded)
+    row = self.emit(f"RESHAPE({p.name}, [1, {2 * n - 1}])", dt, padded.reshape(1, -1))
+    tiled = np.broadcast_to(row.value, (n + 1, 2 * n - 1))
+    t = self.emit(f"EXPAND({row.name}, [{n + 1}, {2 * n - 1}])", dt, tiled.copy())
+    flat = self.emit(f"RESHAPE({t.name}, [{(n + 1) * (2 * n - 1)}])", dt, tiled.reshape(-1))
+    cut = self.emit(f"SHRINK({flat.name}, [0], [{2 * n * n}])", dt, flat.value[:2 * n * n].copy())
+    rows = self.emit(f"RESHAPE({cut.name}, [{n}, {2 * n}])", dt, cut.value.reshape(n, 2 * n))
+    win = self.emit(f"SHRINK({rows.name}, [0, 0], [{n}, {n}])", dt, rows.value[:, :n].copy())
+    one = self.emit(f"RESHAPE({win.name}, [{n}, {n}, 1])", dt, win.value.reshape(n, n, 1))
+    sq = self.emit(f"RESHAPE({one.name}, [{n}, {n}])", dt, win.value)
+    ok = self.emit(f"PERMUTE({sq.name}) {{(1, 0)}}", dt, win.value.T.copy())
+    ko = self.emit(f"PERMUTE({ok.name}) {{(1, 0)}}", dt, win.value)
+    total = self.emit(f"REDUCE({ko.name}) {{(ADD, (0,))}}", dt, reduce("ADD", dt, win.value, (0,)))
+    return self.emit(f"RESHAPE({total.name}, [{n}])", dt, total.value.reshape(n))
+
+  def arange(self, n: int, dt: str, step) -> Value:
+    """step, 2*step, .. n*step: the window sums of a constant (folded to an index expression)."""
+    c = self.emit(f"CONST {{{_literal(step, dt)}}} : {dt}", dt, np.array(step, NP[dt]))
+    one = self.emit(f"RESHAPE({c.name}, [1])", dt, c.value.reshape(1))
+    return self.windows(self.emit(f"EXPAND({one.name}, [{n}])", dt, np.broadcast_to(one.value, (n,)).copy()))
+
+  def op_arange(self) -> None:
+    dt = self.draw(st.sampled_from(("i32", "i64", "f32", "f16", "bf16", "i8")))
+    step = self.draw(st.sampled_from((1, -1, 2, 3)))
+    self.arange(self.draw(st.integers(1, 6)), dt, np.array(step, NP[dt]) if not is_float(dt) else to_float(np.array(step), dt))
+
+  def op_prefix_sum(self) -> None:
+    v = self.pick(lambda v: v.value.ndim == 1 and v.dt not in ("bool",) and 1 <= v.shape[0] <= 6)
+    if v is not None: self.windows(v)
+
+  def op_one_hot(self) -> None:
+    """out[i, j] = table[idx[i], j] where 0 <= idx[i] < k, else 0, as tinygrad's embedding writes it:
+    WHERE(arange(k) == idx, table, 0) summed over the k rows (folded to a gated load)."""
+    table = self.pick(lambda v: v.value.ndim == 2 and v.dt != "bool" and v.shape[0] <= 6 and v.shape[1] <= 4)
+    if table is None: table = self.param(self.draw(st.sampled_from(DATA)), (self.draw(st.integers(1, 5)), self.draw(st.integers(1, 3))))
+    (k, d), m = table.shape, self.draw(st.integers(1, 4))
+    name = f"in{len(self.prog.inputs)}"
+    self.prog.inputs[name] = raw = self.rng.integers(-k - 1, k + 2, m).astype(np.int32)
+    self.prog.lines.append(f"%{name} = PARAM([{m}]) {{({next(self.slot)}, \"{name}\")}} : i32")
+    idx = Value(f"%{name}", "i32", raw)
+    if self.draw(st.booleans()):  # negative indices count from the end, as tinygrad's indexing normalizes them
+      neg = self.emit(f"CMPLT({idx.name}, 0)", "bool", raw < 0)
+      idx = self.emit(f"WHERE({neg.name}, {self.emit(f'ADD({idx.name}, {k})', 'i32', raw + k).name}, {idx.name})", "i32",
+                      np.where(raw < 0, raw + k, raw).astype(np.int32))
+    ar = self.arange(k, "i32", np.int32(1))
+    at = self.emit(f"ADD({ar.name}, -1)", "i32", ar.value - 1)
+    col = self.emit(f"RESHAPE({at.name}, [{k}, 1])", "i32", at.value.reshape(k, 1))
+    i3 = self.emit(f"RESHAPE({idx.name}, [1, 1, {m}])", "i32", idx.value.reshape(1, 1, m))
+    wide = np.broadcast_to(i3.value, (k, d, m))
+    ex = self.emit(f"EXPAND({i3.name}, [{k}, {d}, {m}])", "i32", wide.copy())
+    mkd = self.emit(f"PERMUTE({ex.name}) {{(2, 0, 1)}}", "i32", np.transpose(wide, (2, 0, 1)).copy())
+    ne = self.emit(f"CMPNE({mkd.name}, {col.name})", "bool", mkd.value != col.value)
+    eq = self.emit(f"CMPNE({ne.name}, True)", "bool", ~ne.value)
+    t3 = self.emit(f"RESHAPE({table.name}, [1, {k}, {d}])", table.dt, table.value.reshape(1, k, d))
+    zero = np.zeros((), table.value.dtype)
+    sel = self.emit(f"WHERE({eq.name}, {t3.name}, {_literal(zero, table.dt)})", table.dt, np.where(eq.value, t3.value, zero))
+    kmd = self.emit(f"PERMUTE({sel.name}) {{(1, 0, 2)}}", table.dt, np.transpose(sel.value, (1, 0, 2)).copy())
+    total = self.emit(f"REDUCE({kmd.name}) {{(ADD, (0,))}}", table.dt, reduce("ADD", table.dt, kmd.value, (0,)))
+    self.emit(f"RESHAPE({total.name}, [{m}, {d}])", table.dt, total.value.reshape(m, d))
+
+  def op_pow(self) -> None:
+    v = self.pick(lambda v: is_float(v.dt))
+    if v is None: return
+    e = self.draw(st.sampled_from((0, 1, 2, -1, 0.5, 3, 4, -2, -3, -4)))
+    if not exact_power(v.value, v.dt, e): return
+    self.emit(f"POW({v.name}, {float(e)!r})", v.dt, power(v.value, v.dt, e))
+
   # ---- outputs ----
   def store(self, v: Value, gated: bool, in_place: bool) -> str:
     """STORE v into a new output PARAM or (in_place) into an input of its shape and dtype, if there is one:
@@ -307,17 +419,19 @@ class _Builder:
     return st_name
 
 
-OPS = ("op_binary", "op_binary", "op_unary", "op_cast", "op_where", "op_movement", "op_movement", "op_reduce")
+OPS = ("op_binary", "op_binary", "op_unary", "op_cast", "op_where", "op_movement", "op_movement", "op_reduce",
+       "op_arange", "op_prefix_sum", "op_one_hot", "op_pow")
 
 
 @st.composite
-def programs(draw, name: str = "p", max_ops: int = 10) -> Program:
-  """One random tensor program with its inputs and expected outputs (see the module docstring)."""
+def programs(draw, name: str = "p", max_ops: int = 10, ops: tuple[str, ...] = OPS, min_ops: int = 3) -> Program:
+  """One random tensor program with its inputs and expected outputs (see the module docstring): min_ops
+  to max_ops ops drawn from `ops`."""
   rng = np.random.default_rng(draw(st.integers(0, 2**32 - 1)))
   b = _Builder(draw, name, rng)
   shape = tuple(draw(st.lists(st.integers(1, 4), min_size=0, max_size=3)))
   b.param(draw(st.sampled_from(DATA)), shape)
-  for _ in range(draw(st.integers(3, max_ops))): getattr(b, draw(st.sampled_from(OPS)))()
+  for _ in range(draw(st.integers(min_ops, max_ops))): getattr(b, draw(st.sampled_from(ops)))()
   root = b.values[-1] if b.values[-1].name.startswith("%v") else b.cast(b.values[-1], "bool")  # store a computed value
   extra = b.pick(lambda v: v.name.startswith("%v") and v is not root) if draw(st.booleans()) else None
   stores = [b.store(v, draw(st.booleans()), draw(st.booleans())) for v in (root, extra) if v is not None]

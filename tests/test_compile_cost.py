@@ -18,7 +18,8 @@ from test_optimize import C, kernels_of  # noqa: E402
 from uopc.cli import run_with_deep_stack
 from uopc.frontend import load_module
 from uopc.pipeline import compile_module
-from uopc.stages.optimize import CPU_LONG_BODY, apply_opts, format_axes, heuristic_opts
+from uopc.stages.cpu_schedule import CPU_LONG_BODY
+from uopc.stages.optimize import apply_opts, format_axes, heuristic_opts
 from uopc.targets.c import render
 
 

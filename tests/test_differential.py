@@ -1,6 +1,9 @@
 """Differential testing: random tensor programs (tests/program_gen.py) built for every available
 target, run natively (-t c, -t llvm) and in the emulator (every target's lowering), each result
-compared exactly with the generator's own numpy evaluation.
+compared exactly with the generator's own numpy evaluation. Among the programs are the forms the
+compiler folds (arange, its one-hot gather, POW by a constant exponent), checked against numpy's
+evaluation of the unfolded forms; `test_the_generator_writes_the_forms_the_compiler_folds` checks that
+they are folded.
 
 Programs come in batches (one .uop file with one `func` entry each, one build per batch), in
 SHARDS tests that `pytest -n` runs side by side, from fixed seeds in CI. `make fuzz` runs many more:
@@ -8,6 +11,7 @@ UOPC_FUZZ_BATCHES sets the batches per shard and UOPC_FUZZ_SEED the base seed ("
 A failure names the program, its text and both results; shrinking is off (a batch is large).
 """
 import ctypes
+import io
 import os
 import tempfile
 from pathlib import Path
@@ -18,6 +22,7 @@ from hypothesis import HealthCheck, Phase, given, seed, settings, strategies as 
 
 from program_gen import Program, programs
 from uopc.diagnostics import CompileError
+from uopc.driver import BuildOptions, build
 from uopc.frontend import load_module
 from uopc.run import build_library, call_entry, entry_arguments, run_emulated
 from uopc.targets import UnknownTargetError, get_target, target_names
@@ -97,3 +102,23 @@ def test_random_programs_agree_with_numpy(shard):
   @given(st.lists(programs(), min_size=BATCH, max_size=BATCH))
   def check(progs): run_batch(progs)
   (check if SEED == "random" else seed(int(SEED) * SHARDS + shard)(check))()
+
+
+@pytest.mark.parametrize("op", ["op_arange", "op_one_hot", "op_pow"])
+def test_the_generator_writes_the_forms_the_compiler_folds(op, tmp_path):
+  """Programs of one fold's form each (on an input): arange's window sums and the one-hot sum leave no
+  reduction loop after Rangeify, the generator's POWs no POW after Instruction Selection; each program
+  still agrees with numpy on every target."""
+  @settings(max_examples=3, deadline=None, database=None, phases=[Phase.generate], suppress_health_check=list(HealthCheck))
+  @given(st.lists(programs(ops=(op,), min_ops=1, max_ops=1), min_size=8, max_size=8))
+  def check(progs):
+    run_batch(progs)
+    (tmp_path / "f.uop").write_text("".join(p.text() for p in progs))
+    printed = io.StringIO()
+    build(tmp_path / "f.uop", BuildOptions("c", tmp_path / "out", emit=("source",), print_after=("isel", "rangeify"), print_out=printed))
+    sections = printed.getvalue().split("# *** IR after ")[1:]
+    ir = "".join(x for x in sections if x.startswith("isel" if op == "op_pow" else "rangeify"))
+    folded = "POW(" if op == "op_pow" else "REDUCE"
+    assert any(folded in p.text() for p in progs), "no program of the batch has the form"
+    assert ("= POW(" not in ir) if op == "op_pow" else ("AxisType.REDUCE" not in ir)
+  seed(0)(check)()

@@ -16,6 +16,11 @@ from c_harness import have
 from test_cpu_levels import RUNNABLE
 from test_tensor_programs import Func
 from uopc.driver import BuildOptions, build
+from uopc.dtype import dtypes
+from uopc.frontend import parse_source
+from uopc.ops import AxisType, Ops
+from uopc.stages.callify import callify
+from uopc.stages.rangeify import rangeify
 
 LIB = "hv"
 R, C = 37, 53  # no vector width divides either: every build has whole vectors and tails
@@ -99,3 +104,32 @@ def test_half_matmul_rounds_each_product_to_half(tmp_path, cpu):
   got = build_and_call(tmp_path, half_matmul(24, 40, 48), {"a": a, "b": b}, cpu, "cc")["out"]
   products = (a[:, :, None] * b[None, :, :]).astype(np.float64)  # each product rounded to half, then exact sums
   np.testing.assert_allclose(got, products.sum(1), rtol=1e-5, atol=1e-5)
+  in_order = np.zeros((24, 48), np.float32)
+  for k in range(40): in_order += (a[:, k, None] * b[None, k, :]).astype(np.float32)
+  assert_same_values(got, in_order, f"half_matmul ({cpu})")  # the schedule adds along k in order: bit for bit
+
+
+def _kernels(text: str, cpu: bool) -> list:
+  return list(rangeify(callify(parse_source(text, "t.uop").entries[0].sink), cpu=cpu).kernels)
+
+
+def _loads(kernel) -> set:
+  """The dtypes a kernel loads from its buffers."""
+  return {u.dtype for u in kernel.toposort() if u.op is Ops.LOAD and u.src[0].src[0].op is Ops.PARAM}
+
+
+@pytest.mark.parametrize("dt", ["f16", "bf16"])
+def test_a_half_gemm_converts_each_operand_once_on_cpus(dt):
+  """On CPU targets each operand of a half-precision gemm is widened to float32 once, by a kernel of its
+  own without a reduction; the gemm loads floats. GPU targets keep one kernel (the tensor cores take
+  the 16-bit operands); an elementwise program keeps one kernel on CPUs too."""
+  text = half_matmul(24, 40, 48).text().replace(": f16", f": {dt}")
+  *widen, gemm = _kernels(text, cpu=True)
+  half = {"f16": dtypes.float16, "bf16": dtypes.bfloat16}[dt]
+  assert len(widen) == 2 and all(_loads(k) == {half} for k in widen) and _loads(gemm) == {dtypes.float32}
+  assert not any(u.op is Ops.RANGE and u.arg[1] is AxisType.REDUCE for k in widen for u in k.toposort())
+  assert len(_kernels(text, cpu=False)) == 1
+  ew = Func("ew")
+  x, y, out = ew.param("x", (R, C), dt), ew.param("y", (R, C), dt), ew.param("out", (R, C), dt, out=True)
+  ew.store(out, ew.op("MUL", ew.op("ADD", x, y), x))
+  assert len(_kernels(ew.text(), cpu=True)) == 1

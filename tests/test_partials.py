@@ -25,7 +25,8 @@ from uopc.frontend import parse_source
 from uopc.ops import AxisType, Ops
 from uopc.stages.callify import callify
 from uopc.stages.optimize import heuristic_opts, parse_opts, target_caps, type_axes
-from uopc.stages.rangeify import SPLIT_CHUNKS, SPLIT_MIN, rangeify
+from uopc.stages.cpu_graph import SPLIT_CHUNKS, SPLIT_MIN
+from uopc.stages.rangeify import rangeify
 
 
 def total(n: int, op: str = "ADD", dtype: str = "f32") -> Func:
@@ -154,7 +155,7 @@ def test_row_sums_with_output_lanes_and_threads(tmp_path, opts, k):
 
 
 def _split_program(f: Func, split: bool):
-  return rangeify(callify(parse_source(f.text(), "t.uop").entries[0].sink), split_reductions=split)
+  return rangeify(callify(parse_source(f.text(), "t.uop").entries[0].sink), cpu=split)
 
 
 def _kernel_split(f: Func, split: bool) -> list[str]:

@@ -465,6 +465,40 @@ def embedding_program(vocab, dim, n, dt=f32):
   return sink(store(out, reshape(reduce(picked, Ops.ADD, (1,)), (n, dim))))
 
 
+def _one_hot_rows(table: str, idx: str, rows: int, n: int, tag: str) -> str:
+  """Lines of `.uop` text picking rows of the [rows, 1] table by the [n] indices as tinygrad's embedding
+  does (arange(rows) == idx, WHERE, summed over the rows); its value is %{tag}."""
+  r2 = 2 * rows - 1
+  ops = ["CONST {{1}} : i32", "RESHAPE(%{p}, [1])", f"EXPAND(%{{p}}, [{rows}])", f"PAD(%{{p}}, [{rows - 1}], [{r2}])",
+         f"RESHAPE(%{{p}}, [1, {r2}])", f"EXPAND(%{{p}}, [{rows + 1}, {r2}])", f"RESHAPE(%{{p}}, [{(rows + 1) * r2}])",
+         f"SHRINK(%{{p}}, [0], [{2 * rows * rows}])", f"RESHAPE(%{{p}}, [{rows}, {2 * rows}])",
+         f"SHRINK(%{{p}}, [0, 0], [{rows}, {rows}])", "REDUCE(%{p}) {{(ADD, (0,))}}", f"RESHAPE(%{{p}}, [{rows}])",
+         "ADD(%{p}, -1)", f"RESHAPE(%{{p}}, [{rows}, 1])"]
+  lines = [f"  %{tag}{k} = {op.format(p=f'{tag}{k - 1}')}" for k, op in enumerate(ops)]
+  ar = f"%{tag}{len(ops) - 1}"
+  lines += [f"  %{tag}i0 = RESHAPE({idx}, [1, 1, {n}])", f"  %{tag}i1 = EXPAND(%{tag}i0, [{rows}, 1, {n}])",
+            f"  %{tag}i2 = PERMUTE(%{tag}i1) {{(2, 0, 1)}}", f"  %{tag}i3 = CMPNE(%{tag}i2, {ar})",
+            f"  %{tag}i4 = CMPNE(%{tag}i3, True)", f"  %{tag}t = RESHAPE({table}, [1, {rows}, 1])",
+            f"  %{tag}w = WHERE(%{tag}i4, %{tag}t, 0.0)", f"  %{tag}p = PERMUTE(%{tag}w) {{(1, 0, 2)}}",
+            f"  %{tag}s = REDUCE(%{tag}p) {{(ADD, (0,))}}", f"  %{tag} = RESHAPE(%{tag}s, [{n}, 1])"]
+  return "\n".join(lines) + "\n"
+
+
+@pytest.mark.parametrize("target", ["c", "cuda"])
+def test_a_gather_of_a_gather_loads_the_inner_index_only_in_range(tmp_path, target):
+  """out[i] = w[inner[outer[i]]]: the outer gather gates every load of the inner one, the load of the
+  inner index inside the table's address too (the emulator faults on an out-of-bounds load)."""
+  from uopc.run import run_file
+  text = ('func gg {\n  %w = PARAM([3, 1]) {(0, "w")} : f32\n  %inner = PARAM([3]) {(1, "inner")} : i32\n'
+          '  %outer = PARAM([4]) {(2, "outer")} : i32\n' + _one_hot_rows("%w", "%inner", 3, 3, "m") +
+          _one_hot_rows("%m", "%outer", 3, 4, "o") + '  %out = PARAM([4, 1]) {(3, "out")} : f32\n  STORE(%out, %o)\n}\n')
+  (tmp_path / "gg.uop").write_text(text)
+  inputs = {"w": np.array([[1.0], [2.0], [3.0]], np.float32), "inner": np.array([2, 7, -1], np.int32),
+            "outer": np.array([0, 1, 2, 5], np.int32)}
+  got = run_file(tmp_path / "gg.uop", target=target, inputs=inputs, emulated=True).arrays["out"]
+  np.testing.assert_array_equal(got, np.array([[3.0], [0.0], [0.0], [0.0]], np.float32))
+
+
 @pytest.mark.parametrize("dt", [f32, i32])
 def test_a_one_hot_sum_is_a_gather(dt):
   """No loop over the vocabulary: one gated load per output element; an index out of range (7, -1)

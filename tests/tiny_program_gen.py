@@ -1,6 +1,7 @@
 """Random programs written the way models are: chains of tinygrad Tensor methods (elementwise with
 broadcasting, reductions over any axis with and without keepdim, pad with values, shrink, flip, permute,
-reshape, expand, cumsum, softmax, matmul, casts), 1-4 inputs of ranks 1-4 with odd sizes.
+reshape, expand, cumsum, softmax, matmul, casts, powers by constants, argmax and indexing by an integer
+tensor: the forms whose arange and one-hot uopc folds), 1-4 inputs of ranks 1-4 with odd sizes.
 
 `random_program(rng, name)` writes a program as Python source (`def NAME(x0, x1, ...): ...`, one Tensor
 method a line) while applying each step to empty Tensors of the same shapes, so that every step is one
@@ -33,12 +34,15 @@ class _Writer:
   def __init__(self, rng: np.random.Generator):
     self.rng, self.lines, self.shapes, self.n = rng, [], {}, 0
     self.inputs: list[np.ndarray] = []
+    self.ints: set[str] = set()  # the integer inputs (indices)
 
-  def new_input(self, shape: tuple[int, ...], kind: str = "f") -> str:
+  def new_input(self, shape: tuple[int, ...], kind: str = "f", high: int = 6) -> str:
+    """A float32 input (kind "f"), or int32 in [-high + 1, high) (kind "i")."""
     name = f"x{len(self.inputs)}"
-    a = self.rng.standard_normal(shape).astype(np.float32) if kind == "f" else self.rng.integers(-5, 6, shape).astype(np.int32)
+    a = self.rng.standard_normal(shape).astype(np.float32) if kind == "f" else self.rng.integers(1 - high, high, shape).astype(np.int32)
     self.inputs.append(a)
     self.shapes[name] = tuple(shape)
+    if kind == "i": self.ints.add(name)
     return name
 
   def let(self, expr: str, shape: tuple[int, ...]) -> str:
@@ -49,9 +53,12 @@ class _Writer:
     return name
 
 
-def _shape_of(expr: str, shapes: dict[str, tuple]) -> tuple[int, ...]:
-  """The shape tinygrad gives `expr` (evaluated lazily on empty Tensors: nothing is computed)."""
-  scope = {k: Tensor.empty(*v) if v else Tensor.empty(1).reshape(()) for k, v in shapes.items()}
+def _shape_of(expr: str, shapes: dict[str, tuple], ints: set[str] = frozenset()) -> tuple[int, ...]:
+  """The shape tinygrad gives `expr` (evaluated lazily on empty Tensors of the names' dtypes: nothing is computed)."""
+  def empty(k, v):
+    dt = dtypes.int32 if k in ints else dtypes.float32
+    return Tensor.empty(*v, dtype=dt) if v else Tensor.empty(1, dtype=dt).reshape(())
+  scope = {k: empty(k, v) for k, v in shapes.items()}
   scope["dtypes"] = dtypes
   return tuple(eval(expr, scope).shape)  # noqa: S307 - our own generated expression
 
@@ -62,7 +69,9 @@ def _axis(rng, rank: int) -> int: return int(rng.integers(0, rank))
 def _unary(w: _Writer, t: str) -> str:
   forms = ["{t}.relu()", "{t}.sigmoid()", "{t}.tanh()", "{t}.abs()", "(-{t})", "{t}.square()", "{t}.clip(-4, 4).exp()",
            "({t}.abs() + 0.5).log()", "({t}.abs() + 0.1).sqrt()", "({t}.abs() + 0.5).reciprocal()", "{t}.sin()",
-           "{t}.gelu()", "{t}.silu()", "({t} * 2 + 1)", "{t}.maximum(0.25)"]  # no .half().float(): tinygrad folds the round trip away (SPEC-NOTES)
+           "{t}.gelu()", "{t}.silu()", "({t} * 2 + 1)", "{t}.maximum(0.25)", "({t} ** 2)", "({t} ** 3)",
+           "({t}.abs() + 0.5) ** 0.5", "({t}.abs() + 0.5) ** -1", "({t}.clip(-3, 3) ** 4)", "({t}.abs() + 0.5) ** -2",
+           "({t}.abs() + 0.5) ** 1.5"]  # no .half().float(): tinygrad folds the round trip away (SPEC-NOTES)
   return w.let(w.rng.choice(forms).format(t=t), w.shapes[t])
 
 
@@ -79,7 +88,7 @@ def _binary(w: _Writer, t: str) -> str:
   forms = ["({t} + {u})", "({t} - {u})", "({t} * {u})", "({t} / ({u}.abs() + 0.5))", "{t}.maximum({u})",
            "({t} > {u}).where({t}, {u})", "(({t} < 0.3) * {u})", "{t}.minimum({u})"]
   expr = w.rng.choice(forms).format(t=t, u=u)
-  return w.let(expr, _shape_of(expr, w.shapes))
+  return w.let(expr, _shape_of(expr, w.shapes, w.ints))
 
 
 def _reduce(w: _Writer, t: str) -> str:
@@ -89,7 +98,7 @@ def _reduce(w: _Writer, t: str) -> str:
   op = w.rng.choice(["sum", "max", "min", "mean"] + (["prod"] if shape[axis] <= 3 else []))
   inner = f"{t}.clip(-2, 2)" if op == "prod" else t
   expr = f"{inner}.{op}(axis={axis}, keepdim={keep})"
-  return w.let(expr, _shape_of(expr, w.shapes))
+  return w.let(expr, _shape_of(expr, w.shapes, w.ints))
 
 
 def _movement(w: _Writer, t: str) -> str:
@@ -121,7 +130,7 @@ def _movement(w: _Writer, t: str) -> str:
     axis = int(rng.integers(0, rank + 1))
     target = shape[:axis] + (k,) + shape[axis:]
     expr = f"{t}.unsqueeze({axis}).expand{target}"
-  return w.let(expr, _shape_of(expr, w.shapes))
+  return w.let(expr, _shape_of(expr, w.shapes, w.ints))
 
 
 def _scan(w: _Writer, t: str) -> str:
@@ -129,7 +138,22 @@ def _scan(w: _Writer, t: str) -> str:
   if not shape: return t
   axis = _axis(w.rng, len(shape))
   expr = w.rng.choice([f"{t}.cumsum({axis})", f"{t}.softmax({axis})", f"{t}.log_softmax({axis})"])
-  return w.let(expr, _shape_of(expr, w.shapes))
+  return w.let(expr, _shape_of(expr, w.shapes, w.ints))
+
+
+def _index(w: _Writer, t: str) -> str:
+  """The forms built on tinygrad's arange: t's rows picked by an integer tensor (a one-hot sum over the
+  rows, some indices out of range or negative), or the argmax of a new input along an axis, added to t."""
+  shape = w.shapes[t]
+  if len(shape) >= 2 and w.rng.random() < 0.6:
+    rows = shape[0]
+    idx = w.new_input((int(w.rng.choice(SIZES)),), "i", high=rows + 1)
+    expr = f"{t}[{idx}]"
+  else:
+    x = w.new_input(shape or (int(w.rng.choice(SIZES)),))
+    axis = _axis(w.rng, len(w.shapes[x]))
+    expr = f"({t} + {x}.argmax(axis={axis}, keepdim=True).float())"
+  return w.let(expr, _shape_of(expr, w.shapes, w.ints))
 
 
 def _matmul(w: _Writer, t: str) -> str:
@@ -138,7 +162,7 @@ def _matmul(w: _Writer, t: str) -> str:
   k = int(w.rng.choice(SIZES))
   other = w.new_input((shape[-1], k))
   expr = f"({t} @ {other})"
-  return w.let(expr, _shape_of(expr, w.shapes))
+  return w.let(expr, _shape_of(expr, w.shapes, w.ints))
 
 
 def _int_chain(w: _Writer) -> str:
@@ -149,11 +173,11 @@ def _int_chain(w: _Writer) -> str:
   if w.rng.random() < 0.5:
     axis = _axis(w.rng, len(w.shapes[t]))
     expr = f"{t}.sum(axis={axis})"
-    t = w.let(expr, _shape_of(expr, w.shapes))
+    t = w.let(expr, _shape_of(expr, w.shapes, w.ints))
   return w.let(f"{t}.float()", w.shapes[t])
 
 
-STEPS = [(_unary, 3), (_binary, 3), (_reduce, 2), (_movement, 4), (_scan, 1), (_matmul, 1)]
+STEPS = [(_unary, 3), (_binary, 3), (_reduce, 2), (_movement, 4), (_scan, 1), (_matmul, 1), (_index, 1)]
 
 
 def random_program(rng: np.random.Generator, name: str, max_steps: int = 7) -> TinyProgram:

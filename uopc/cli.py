@@ -144,7 +144,9 @@ NAME.h (its header) in DIR. NAME is FILE's stem unless --name says; every C symb
 
 The C compiler is $CC (default cc); $CFLAGS are added after uopc's flags (-O3, PIC, hidden
 visibility, no FP contraction, --cpu's -march), so they win. The library is portable by default;
---cpu native (or x86-64-v3, x86-64-v4) builds it for wider vectors, with larger register tiles. Outputs are replaced only when every artifact was
+--cpu native (or x86-64-v3, x86-64-v4) builds it for wider vectors, with larger register tiles. A
+float16/bfloat16 input that a reduction reads once per output it meets (a gemm's) is converted to
+float32 once, into the workspace. Outputs are replaced only when every artifact was
 built, and the same input gives byte-identical outputs.
 
 Every target meets one accuracy bar: float32 EXP2, LOG2, SIN, SQRT, RECIP and DIV within 2 ULP of

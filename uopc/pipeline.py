@@ -38,13 +38,12 @@ def _callify(sink: UOp, name: str) -> UOp:
 
 
 def _rangeify(target: str) -> Callable[[UOp, str], Any]:
-  """Rangeify; on the CPU targets, whose THREAD tasks need an output axis to split, long full
-  reductions are split into chunks first; on the GPU targets, long reductions nested in another
-  reduction's loop get kernels of their own (see uopc.stages.rangeify)."""
+  """Rangeify; on the CPU targets, with their rewrites (uopc.stages.cpu_graph: long full reductions split
+  into chunks for THREAD tasks, half-precision operands converted once); on the GPU targets, long
+  reductions nested in another reduction's loop get kernels of their own (see uopc.stages.rangeify)."""
   def run(sink: UOp, name: str):
     from uopc.stages.rangeify import rangeify
-    cpu = target in ("c", "llvm")
-    return rangeify(sink, split_reductions=cpu, realize_nested=not cpu)
+    return rangeify(sink, cpu=target in ("c", "llvm"))
   return run
 
 

@@ -7,11 +7,19 @@ second matmul of an MLP runs once per output column. `repeats_expensive_work` sa
 than a round trip through memory: the value costs at least EXPENSIVE (a transcendental, a division,
 or a long chain; weights below) and is recomputed more than A_FEW times. Rangeify then realizes it
 into a buffer of its own, computed once per element. Cheap chains (a bias add and ReLU) stay fused.
+
+On CPU targets a widening CAST from float16 or bfloat16 weighs EXPENSIVE too (`CPU_WEIGHT`): inside a
+reduction it runs on the same vector ports as the products and sums, once per output element it
+meets. A half-precision gemm's operands (widened by `uopc.stages.cpu_graph`) are then converted once
+into float32 buffers and the gemm reads floats: half_matmul 256, --cpu native, one thread, 0.64 -> 0.47
+ms against 0.15 ms for float32 (the rest is each product's rounding to float16, which the program asks
+for; tests/bench/RESULTS.md, issue 19).
 """
 from __future__ import annotations
 
 import math
 
+from uopc.dtype import dtypes
 from uopc.ops import GroupOp, Ops
 from uopc.uop import UOp
 
@@ -19,18 +27,22 @@ EXPENSIVE = 8
 A_FEW = 4
 _WEIGHT = {Ops.EXP2: 8, Ops.LOG2: 8, Ops.SIN: 8, Ops.POW: 16, Ops.SQRT: 4, Ops.RECIP: 4, Ops.DIV: 4,
            Ops.IDIV: 4, Ops.MOD: 4, Ops.FLOORDIV: 6, Ops.FLOORMOD: 6, Ops.THREEFRY: 16}
+CPU_WEIGHT = EXPENSIVE  # a CAST from a half-precision float on a CPU target
+_HALVES = (dtypes.float16, dtypes.bfloat16)
 _STOP = (Ops.REDUCE, Ops.CONTIGUOUS, Ops.LOAD, Ops.PARAM, Ops.BUFFER, Ops.CONST, Ops.DEFINE_VAR, Ops.CALL, Ops.GETTUPLE)
 
 
-def elementwise_cost(u: UOp, memo: dict[UOp, int]) -> int:
+def elementwise_cost(u: UOp, memo: dict[UOp, int], cpu: bool = False) -> int:
   """The weighted count of the ops computed to get one element of `u`, down to its reductions and
-  buffers (a shared subexpression counted once per use: an upper bound)."""
+  buffers (a shared subexpression counted once per use: an upper bound); `cpu`: with the CPU weights
+  (one memo per choice)."""
   if u in memo: return memo[u]
   if u.op in _STOP: cost = 0
   else:
     own = _WEIGHT.get(u.op, 1) if u.op in GroupOp.ALU or u.op in (Ops.CAST, Ops.BITCAST) else 0
+    if cpu and u.op is Ops.CAST and u.src[0].dtype in _HALVES: own = CPU_WEIGHT
     srcs = u.src[:1] if u.op in GroupOp.Movement else u.src
-    cost = own + sum(elementwise_cost(s, memo) for s in srcs)
+    cost = own + sum(elementwise_cost(s, memo, cpu) for s in srcs)
   memo[u] = min(cost, 1 << 20)
   return memo[u]
 

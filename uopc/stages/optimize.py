@@ -51,7 +51,8 @@ OptOps (seed 000's table), composed left to right, each checked before it applie
   be the first opt; after it, axes may still be split into LOCAL (more warps per workgroup) or padded,
   but not UPCAST or UNROLLed (a WMMA is not widened). Only -t cuda has tensor cores.
 
-Without `--opts`, hand-written heuristics (`heuristic_opts`) pick the opts per target class.
+Without `--opts`, hand-written heuristics (`heuristic_opts`) pick the opts per target class: the CPU
+schedules in `uopc.stages.cpu_schedule`, the GPU ones here and in `uopc.stages.gpu_schedule`.
 """
 from __future__ import annotations
 
@@ -63,7 +64,7 @@ from typing import Any, Callable, Mapping
 
 from uopc.diagnostics import CompileError, Loc, error
 from uopc.dtype import AddrSpace, PtrDType, dtypes
-from uopc.ops import AxisType, GroupOp, Ops
+from uopc.ops import AxisType, Ops
 from uopc.stages.tensor_cores import CUDA_TENSOR_CORES, TensorCore
 from uopc.stages.accumulators import accumulator_first
 from uopc.symbolic import simplify
@@ -614,16 +615,6 @@ def optimize(sink: UOp, kernel: str, caps: TargetCaps, pinned: tuple[Opt, ...] |
 
 # ---- heuristics -----------------------------------------------------------------------------------------
 
-THREAD_MIN_WORK = 1 << 17  # iterations below which starting threads costs more than it saves
-THREAD_TASKS = 32          # tasks a THREAD axis aims for: enough to balance any core count up to it
-CPU_TILE_ROWS = (32, 16, 8, 4, 2)  # UPCAST factors of a CPU register tile's second output axis (rows of a gemm's C)
-CPU_TILE_REGISTERS = 16    # vector registers' worth of accumulators in a CPU register tile
-CPU_GATHER_LANES = 8       # lanes of the contiguous output axis when its reads are strided (a row sum's rows)
-CPU_PARTIALS = 32          # GROUP_REDUCE lanes (partial accumulators) of a long reduction read contiguously
-CPU_PARTIALS_MIN = 1024    # reduce sizes from which those pay for their combine
-CPU_SELECT_UNROLL = 16     # reduce axes up to this size that select among stacked values are unrolled whole
-CPU_LONG_BODY = 512        # ALU ops per element beyond which the output lanes take one register, not two
-
 
 class _Planner:
   """Tries opts one at a time on the kernel, keeping those that are legal."""
@@ -661,15 +652,13 @@ def _store_strides(sink: UOp) -> dict[UOp, int]:
   return out
 
 
-def _work(sink: UOp) -> int:
-  return math.prod(s if isinstance(s, int) else (s.vmax or 1) for s in map(axis_size, kernel_axes(sink)))
-
-
 def heuristic_opts(sink: UOp, caps: TargetCaps) -> tuple[Opt, ...]:
   """The opts the hand-written heuristics pick for a typed kernel (only legal ones)."""
   plan = _Planner(sink, caps)
   if caps.gpu: _gpu_heuristics(plan)
-  else: _cpu_heuristics(plan)
+  else:
+    from uopc.stages.cpu_schedule import cpu_heuristics  # it builds on this module's helpers
+    cpu_heuristics(plan)
   return tuple(plan.opts)
 
 
@@ -696,71 +685,7 @@ def _in_gated_load(plan: _Planner, i: int) -> bool:
   return any(u.op is Ops.LOAD and len(u.src) == 3 and _is_global(root_buffer(u.src[0])) and r in u.toposort() for u in _memory_ops(plan.sink))
 
 
-def _cpu_heuristics(plan: _Planner) -> None:
-  """Sized by the vector registers of the build (`caps.vector_width` f32 lanes, W: 4 for the portable
-  x86-64 build's SSE, 8 for AVX2, 16 for AVX-512; see `--cpu`), measured on 2 cores (tests/bench_optimize.py):
-  - elementwise: UPCAST the contiguous output axis by two registers' worth (2W lanes);
-  - reductions: a register tile of independent accumulators, 2W along the contiguous output axis (two
-    registers) and along another output axis as many as make 16 registers' worth (8 for a gemm; 32
-    output channels x 8 columns for a 3x3 convolution with AVX-512), that axis one that no gated load
-    depends on where there is one (a padded convolution's output channels, not its rows: 3.8-4.1 vs
-    34 ms with AVX-512, 11 vs 35 ms portable), the reduce axis unrolled by 2 (small reduce axes, up
-    to 8, unrolled whole; instead, a reduce axis of up to CPU_SELECT_UNROLL that selects among STACKed
-    values, a convolution's window positions, unrolled whole, so that each unrolled copy loads its own
-    value instead of all of them and a chain of WHERE: the 3x3 convolution 5.5 -> 2.6 ms with AVX-512,
-    11 -> 4.5 ms portable); the contiguous axis's blocks outermost, so that the block of a gemm's B it
-    reads stays in cache while the other axis's blocks stream past (45 vs 21 GFLOP/s for gemm 1024 on
-    2 cores with the portable 4x8 tile and the other order), but not in kernels with gated loads (the
-    convolution's 7 blocks of 8 columns would be 7 uneven THREAD tasks: 6.3 vs 4.1 ms). A tile two registers wide reads whole
-    64-byte cache lines of B on AVX-512: gemm 1024 with --cpu native, 190 GFLOP/s with 32x8 against
-    146 with 16x8, 127 with 16x16, 110 with 32x4 and 82 with the portable 8x8; AVX2: 133 with 16x8
-    against 92 with 8x8 and 99 with 32x4; portable: 73 with 8x8 against 63 with 16x4;
-  - each long reduction read contiguously (a full sum; a row sum, whose output lanes would each gather
-    from their own row; the row reductions fused into softmax and layernorm): CPU_PARTIALS lanes of
-    partial accumulators (GROUP_REDUCE), the reduce axis unrolled by 2, and no register tile (the
-    output axis gets its lanes only where its loads are contiguous); a sum of 16M floats went from 7.4
-    GB/s (one chain of dependent additions) to 35-42 GB/s on one core, the same (memory-bound) with 32,
-    64 or 128 lanes at every level, and 32 lanes are the fastest portable build on data in cache (72
-    GB/s against 58 with 64, 46 with 128: more accumulators than SSE's 16 registers). A tile of 8 rows
-    instead made softmax's and layernorm's reductions gather 8 rows lane by lane: layernorm 4096x1024
-    took 1.30 ms against 0.86 with partials (--cpu native; portable 1.30 against 1.00), softmax 3.9
-    against 2.5 (portable 8.1 against 7.8: its exponentials bound it), 64x4096 rows 1.5-1.8x faster.
-    The lane count is fixed, not taken from the vector width, so that every `--cpu` level adds in the
-    same order;
-  - THREAD tasks over the outermost GLOBAL axis when the kernel is big enough to pay for threads and
-    every reduction loop is nested in that axis (a task repeats whatever lies outside it: a fused
-    reduction beside the output loop of a one-row softmax would run once per task)."""
-  work = _work(plan.sink)
-  inner = _contiguous_output(plan)
-  if _partials(plan): _output_lanes(plan, inner, 1)  # lanes that would gather: the partials are the kernel's lanes
-  else: _register_tile(plan, inner)
-  _thread_tasks(plan, work)
-
-
-def _partials(plan: _Planner) -> bool:
-  """CPU_PARTIALS GROUP_REDUCE lanes, then an unroll by 2, for each REDUCE axis that is long
-  (CPU_PARTIALS_MIN or more, a multiple of CPU_PARTIALS) and read contiguously; whether there was one."""
-  long_reads = [r for r in plan.axes(AxisType.REDUCE) if isinstance(size := plan.size(r), int) and size >= CPU_PARTIALS_MIN
-                and size % CPU_PARTIALS == 0 and _reads_contiguously(plan, r)]
-  for r in reversed(long_reads):  # from the last: a split numbers the axes after it anew
-    plan.split_by_first(r, (CPU_PARTIALS,), AxisType.GROUP_REDUCE)
-    plan.split_by_first(r, (2,), AxisType.UNROLL)
-  return bool(long_reads)
-
-
-def _output_lanes(plan: _Planner, inner: int | None, gather_lanes: int) -> int:
-  """UPCAST the contiguous output axis: 2W lanes where its loads are contiguous too, else `gather_lanes`
-  (each lane then gathers its own elements); the lanes made. A body of more than CPU_LONG_BODY ALU ops
-  gets W lanes: its register's copies are rendered one after the other, too far apart for the CPU to
-  overlap them (a 2,000-op chain ran in 26.6 ms with 4 lanes, 26.9 with 8, portable), and a second
-  copy only doubles the code that Expand, the renderer and the C compiler go through."""
-  if inner is None: return 0
-  width = 2 * plan.caps.vector_width if _reads_contiguously(plan, inner) else gather_lanes
-  # a gated load along the axis is made lane by lane (each lane tests its own gate): no more lanes than a
-  # gather (tinygrad's cumsum, a window sum over a padded row: 24 -> 12 ms with 8 lanes instead of 32)
-  if _in_gated_load(plan, inner): width = min(width, CPU_GATHER_LANES)
-  if sum(u.op in GroupOp.ALU for u in plan.sink.toposort()) > CPU_LONG_BODY: width = min(width, plan.caps.vector_width)
-  return plan.split_by_first(inner, [width >> i for i in range(width.bit_length() - 1)], AxisType.UPCAST)
+CPU_SELECT_UNROLL = 16  # reduce axes up to this size that select among stacked values are unrolled whole (CPU and GPU)
 
 
 def _selects(plan: _Planner, i: int) -> bool:
@@ -771,41 +696,9 @@ def _selects(plan: _Planner, i: int) -> bool:
     any(u.op is Ops.CMPLT and u.src[0] is r and u.src[1].op is Ops.CONST for u in plan.sink.toposort())
 
 
-def _register_tile(plan: _Planner, inner: int | None) -> None:
-  """The output lanes and, in a reduction, the register tile and the unrolled reduce axis (see _cpu_heuristics)."""
-  others = [i for i in plan.axes(AxisType.GLOBAL) if i != inner and isinstance(plan.size(i), int)]
-  lanes = _output_lanes(plan, inner, CPU_GATHER_LANES)
-  if lanes: others = [i + (i > inner) for i in others]
-  if plan.axes(AxisType.REDUCE):
-    # the tile's other axis: one whose loads are not gated (a convolution's output channels, not its
-    # rows, whose border-gated loads would be gathered lane by lane), as many lanes as fill the budget,
-    gated = any(u.op is Ops.LOAD and len(u.src) == 3 for u in _memory_ops(plan.sink))
-    rows = [k for k in CPU_TILE_ROWS if k * lanes <= CPU_TILE_REGISTERS * plan.caps.vector_width] if lanes else CPU_TILE_ROWS[-3:]
-    # the last such axis that a tile size divides (pooling's 27 rows do not: its 64 channels do)
-    ungated = [i for i in others if not _in_gated_load(plan, i)]
-    tileable = [i for i in ungated if any(plan.size(i) % k == 0 for k in rows)]
-    other = (tileable or ungated or others or [None])[-1]
-    if other is not None and plan.split_by_first(other, rows, AxisType.UPCAST) and inner is not None:
-      inner += inner > other
-    if selecting := [i for i in plan.axes(AxisType.REDUCE) if _selects(plan, i)]:  # their unrolled selections are code enough
-      for i in reversed(selecting): plan.split_by_first(i, (plan.size(i),), AxisType.UNROLL)
-    else:
-      r = plan.axes(AxisType.REDUCE)[-1]
-      short = isinstance(plan.size(r), int) and plan.size(r) <= 8
-      plan.split_by_first(r, (plan.size(r),) if short else (2,), AxisType.UNROLL)
-    if lanes and other is not None and other < inner and not gated: plan.apply(Opt(OptOp.SWAP, other, inner))
-
-
-def _thread_tasks(plan: _Planner, work: int) -> None:
-  """THREAD tasks over the outermost GLOBAL axis (see _cpu_heuristics)."""
-  globals_ = plan.axes(AxisType.GLOBAL)
-  axes = kernel_axes(plan.sink)
-  reduces = {axes[i] for i in plan.axes(AxisType.REDUCE, AxisType.UNROLL, AxisType.GROUP_REDUCE)}
-  if plan.caps.threads and globals_ and work >= THREAD_MIN_WORK and reduces <= nested_with(plan.sink).get(axes[globals_[0]], frozenset()):
-    size = plan.size(globals_[0])
-    if isinstance(size, int):
-      plan.split_by_first(globals_[0], sorted((d for d in range(2, min(size, THREAD_TASKS) + 1) if size % d == 0), reverse=True),
-                          AxisType.THREAD, top=True)
+GROUP_MIN = 256                   # reduce sizes from which a workgroup shares one reduction
+GROUP_SIZES = (256, 128, 64, 32)  # its threads: the first that divides the axes and leaves each thread 2 or more elements
+GROUP_UNROLL = 4                  # consecutive elements a thread reads at once (one 16-byte load of f32) where they divide
 
 
 def _gpu_heuristics(plan: _Planner) -> None:

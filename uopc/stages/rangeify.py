@@ -15,16 +15,15 @@
    by lowering: a REDUCE found not to fuse is marked realized and the program is lowered again. So is
    an expensive elementwise value that lowering finds computed again per iteration of an output loop
    (read through a broadcast inside a reduction: GELU inside an MLP's second matmul; `fusion_cost`).
-   On GPU targets (`rangeify(..., realize_nested=True)`), a long REDUCE (NESTED_MIN elements or more)
+   On GPU targets (`rangeify(..., cpu=False)`), a long REDUCE (NESTED_MIN elements or more)
    whose index moves with another reduction's loop (cross-entropy's per-row sums inside the mean over
    rows) is realized too: nested, each outer iteration would run its reduction in turn inside one
    workgroup, combining its threads' partials each time; realized, its values are one kernel whose
    rows run side by side on the grid, and the outer reduction reads them.
-   On CPU targets (`rangeify(..., split_reductions=True)`), a full reduction of SPLIT_MIN or more
-   elements (every axis reduced, a multiple of SPLIT_CHUNKS elements) is first split in two: the
-   reductions of SPLIT_CHUNKS equal chunks, realized (a kernel whose chunks Optimize makes THREAD
-   tasks: both cores read), then the reduction of those partials. The split changes the order of a
-   float sum's additions, in a way fixed by SPLIT_CHUNKS alone (the same on every machine).
+   On CPU targets (`rangeify(..., cpu=True)`), `uopc.stages.cpu_graph` rewrites the program first:
+   long full reductions split in two (chunk partials realized, then their reduction), half-precision
+   arithmetic computed in float with each operand's widening a value of its own, which the fusion
+   cost's CPU weights realize as a float32 buffer when a reduction would convert it again per output.
 2. Lowering. A kernel loops over its output with one `RANGE(.., LOOP)` per dim of size > 1 and
    asks for its value at that index: each op maps an output index to its sources' indices (the
    movement ops become index arithmetic, PAD a validity mask that gates the loads and selects the
@@ -77,6 +76,7 @@ from uopc.stages import collective_calls
 from uopc.stages.buffer_versions import data_srcs as _data_srcs, reads_before_writes, strip_after as _strip_after, version as _version
 from uopc.stages.callify import bind_arguments
 from uopc.stages.contiguous_copy import contiguous_copy
+from uopc.stages.cpu_graph import cpu_graph
 from uopc.stages.fusion_cost import elementwise_cost, repeats_expensive_work
 from uopc.stages.kernel_program import BufferInfo, Collective, KernelProgram, Launch
 from uopc.stages.reduce_collapse import collapse
@@ -268,7 +268,7 @@ class _Kernel:
     if not self.enclosing: return
     deps = set(_ranges(idx, valid))
     repeats = [r.src[0].arg if r.src[0].op is Ops.CONST else r.src[0] for r in self.enclosing[-1] if r not in deps]
-    if repeats and repeats_expensive_work(elementwise_cost(u, self.program.costs), repeats): raise _Unfused(u)
+    if repeats and repeats_expensive_work(elementwise_cost(u, self.program.costs, self.program.cpu), repeats): raise _Unfused(u)
 
   def check_nested(self, u: UOp, ranges: list[UOp], outer: tuple[UOp, ...]) -> None:
     """On a GPU, a long reduction whose index moves with another reduction's loop is realized (see the
@@ -389,30 +389,6 @@ class _Kernel:
     return UOp(Ops.LOAD, dt, (UOp(Ops.INDEX, acc.dtype, (UOp(Ops.AFTER, acc.dtype, (acc, body)), zero)),))
 
 
-# ---- long full reductions on CPUs ---------------------------------------------------------------------
-
-SPLIT_CHUNKS = 32     # chunks of a split full reduction: the THREAD tasks Optimize aims for
-SPLIT_MIN = 1 << 17   # elements from which a full reduction is split: below, starting threads costs more
-
-
-def split_full_reductions(sink: UOp) -> UOp:
-  """Each REDUCE of SPLIT_MIN or more elements to one value (see the module docstring) as the
-  REDUCE of the CONTIGUOUS REDUCEs of its SPLIT_CHUNKS chunks, reshaped back to its shape."""
-  memo: dict[UOp, UOp] = {}
-  for u in sink.toposort():
-    src = tuple(memo[s] for s in u.src)
-    new = u if src == u.src else u.replace(src=src)
-    dims = u.src[0].shape if u.op is Ops.REDUCE and len(u.src) == 1 else None
-    if dims is not None and all(isinstance(d, int) for d in dims) and prod(u.shape) == 1 and prod(dims) >= SPLIT_MIN \
-       and prod(dims) % SPLIT_CHUNKS == 0:
-      op, n = u.arg[0], prod(dims)
-      chunks = UOp(Ops.RESHAPE, u.dtype, (src[0], UOp.shape_of((SPLIT_CHUNKS, n // SPLIT_CHUNKS))))
-      partials = UOp(Ops.CONTIGUOUS, u.dtype, (UOp(Ops.REDUCE, u.dtype, (chunks,), (op, (1,))),))
-      new = UOp(Ops.RESHAPE, u.dtype, (UOp(Ops.REDUCE, u.dtype, (partials,), (op, (0,))), UOp.shape_of(u.shape)))
-    memo[u] = new
-  return memo[sink]
-
-
 # ---- the program --------------------------------------------------------------------------------------
 
 
@@ -443,10 +419,9 @@ class _Snapshot(Exception):
 
 
 class _Rangeify:
-  def __init__(self, sink: UOp, unfused: frozenset[UOp], snapshot: frozenset[UOp], split_reductions: bool,
-               realize_nested: bool = False, nested: frozenset[UOp] = frozenset()):
-    self.unfused, self.snapshot, self.split_reductions = unfused, snapshot, split_reductions
-    self.realize_nested, self.nested = realize_nested, nested
+  def __init__(self, sink: UOp, unfused: frozenset[UOp], snapshot: frozenset[UOp], cpu: bool, nested: frozenset[UOp] = frozenset()):
+    self.unfused, self.snapshot, self.cpu = unfused, snapshot, cpu
+    self.realize_nested, self.nested = not cpu, nested
     self.costs: dict[UOp, int] = {}  # fusion_cost.elementwise_cost's memo
     self.version: dict[str, UOp | None] = {}                   # buffer name -> the STORE that wrote its contents
     self.replaced_by: dict[tuple[str, UOp | None], UOp] = {}   # (buffer name, version) -> the STORE that overwrote it
@@ -532,8 +507,7 @@ class _Rangeify:
       stores = tuple(UOp(Ops.STORE, dtypes.void, (UOp(Ops.PARAM, v.dtype, (UOp.shape_of(v.shape),),
                                                          (n_args + i, name) + ((v.device,) if isinstance(v.device, str) else ())), v))
                      for i, (v, name) in enumerate(zip(body.src, names)))
-      self.callees[body] = (len(self.kernels), rangeify(UOp(Ops.SINK, dtypes.void, stores), self.split_reductions,
-                                                                 self.realize_nested))
+      self.callees[body] = (len(self.kernels), rangeify(UOp(Ops.SINK, dtypes.void, stores), self.cpu))
       self.kernels += self.callees[body][1].kernels
     return self.callees[body]
 
@@ -606,18 +580,18 @@ class _Rangeify:
     self.kernels.append(sink)
 
 
-def rangeify(sink: UOp, split_reductions: bool = False, realize_nested: bool = False) -> KernelProgram:
-  """Split a callified tensor program into kernels (see the module docstring); `split_reductions`:
-  split long full reductions in two (CPU targets); `realize_nested`: realize long reductions nested
-  in another reduction's loop (GPU targets)."""
-  if split_reductions: sink = split_full_reductions(sink)
+def rangeify(sink: UOp, cpu: bool = False) -> KernelProgram:
+  """Split a callified tensor program into kernels (see the module docstring); `cpu`: for a CPU target
+  (`uopc.stages.cpu_graph`'s rewrites first, the fusion cost's CPU weights), else a GPU target (long
+  reductions nested in another reduction's loop realized)."""
+  if cpu: sink = cpu_graph(sink)
   sink = reads_before_writes(sink)
   unfused: frozenset[UOp] = frozenset()
   snapshot: frozenset[UOp] = frozenset()
   nested: frozenset[UOp] = frozenset()
   while True:
     try:
-      r = _Rangeify(sink, unfused, snapshot, split_reductions, realize_nested, nested)
+      r = _Rangeify(sink, unfused, snapshot, cpu, nested)
       break
     except _Unfused as e:
       unfused |= {e.reduce}

@@ -135,12 +135,17 @@ def _match(cond: UOp, r: UOp) -> UOp | None:
 
 
 def _gated_loads(x: UOp, gate: UOp) -> UOp:
-  """x with every LOAD gated by `gate` too (reading the fill 0 where it is false)."""
-  loads = [u for u in x.toposort() if u.op is Ops.LOAD]
+  """x with every LOAD gated by `gate` too (reading the fill 0 where it is false), those in another load's
+  address or gate included (a gather of a gather: the inner index is a load, out of bounds where the
+  outer index is)."""
   def gated(ld: UOp) -> UOp:
     if len(ld.src) == 3: return ld.replace(src=(ld.src[0], ld.src[1], ld.src[2].alu(Ops.AND, gate)))
     return ld.replace(src=(ld.src[0], UOp.const(ld.dtype, 0), gate))
-  return substitute(x, {ld: gated(ld) for ld in loads})
+  done: dict[UOp, UOp] = {}
+  for u in x.toposort():
+    new = u.replace(src=tuple(done[s] for s in u.src)) if u.src else u
+    done[u] = gated(new) if u.op is Ops.LOAD else new
+  return done[x]
 
 
 def _gather(value: UOp, r: UOp, size: int) -> UOp | None:
