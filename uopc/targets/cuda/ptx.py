@@ -12,6 +12,8 @@ is one register stepped at its END. Register classes:
   carry out of the narrow width (ADD, MUL, SHL, ...) re-extend their result.
 - int64, uint64, index and addresses: 64-bit (`%rd`). float32 `%f`, float64 `%fd`, float16 and
   bfloat16 as 16-bit bits (`%h`). A vector is one register per lane.
+(The dtype-to-PTX-type mapping is uopc/targets/cuda/ptx_types.py; memory accesses, kernel arrays and
+the tensor-core pipeline's ldmatrix and cp.async are uopc/targets/cuda/ptx_memory.py.)
 
 Semantics are those of SPEC-NOTES: integer ADD/MUL wrap, IDIV/MOD are `div`/`rem` (truncating), SHR
 is `shr.s` on signed types, CMPNE is `setp.neu` (true for NaN), CMPGE/CMPLE are NOT of a CMPLT (seed
@@ -37,18 +39,16 @@ every GPU target.
 from __future__ import annotations
 
 import re
-import struct
 from dataclasses import dataclass
 from typing import Any, Callable
-
-import ml_dtypes
-import numpy as np
 
 from uopc.diagnostics import CompileError, Diagnostic, Loc, error
 from uopc.dtype import AddrSpace, DType, PtrDType, dtypes
 from uopc.ops import GroupOp, Ops
-from uopc.stages.tensor_cores import ASYNC, CUDA_TENSOR_CORES, LDMATRIX, by_arg
+from uopc.stages.tensor_cores import ASYNC, CUDA_TENSOR_CORES, by_arg
 from uopc.targets import param_name
+from uopc.targets.cuda.ptx_memory import _atomic_add, _buffer, _index, _load, _store
+from uopc.targets.cuda.ptx_types import _CLASSES, _HALF, _SMALL_INTS, _float_t, _mov_type, _root, const_bits, int_type, reg_class
 from uopc.targets.geometry import Geometry, idx_local_size, workgroup_geometry
 from uopc.targets.c.render import KernelParam, RenderedKernel
 from uopc.uop import UOp
@@ -58,54 +58,10 @@ RENDER_ARCH = "sm_80"   # the oldest arch the PTX runs on: max.NaN and cvt to bf
 ARCH_PATTERN = r"sm_(\d+)[af]?"
 PTX_VERSION = "7.8"     # the first PTX ISA with sm_90; every driver since CUDA 11.8 JIT-compiles it
 
-# register class of a scalar dtype: (register prefix, declaration type)
-_CLASSES = {"pred": ("%p", ".pred"), "b16": ("%h", ".b16"), "b32": ("%r", ".b32"), "b64": ("%rd", ".b64"),
-            "f32": ("%f", ".f32"), "f64": ("%fd", ".f64")}
-_HALF = (dtypes.float16, dtypes.bfloat16)
-_SMALL_INTS = (dtypes.int8, dtypes.int16, dtypes.uint8, dtypes.uint16)
 _TRANSCENDENTAL = frozenset({Ops.EXP2, Ops.LOG2, Ops.SIN, Ops.POW})
 _ACCURATE_EXP2 = frozenset({dtypes.float16, dtypes.bfloat16, dtypes.float32})  # ex2.approx.f32 meets the bar for them
 _NO_CODE = frozenset({Ops.GROUP, Ops.SINK, Ops.NOOP})
 _ISEL_LOWERS = frozenset({Ops.THREEFRY, Ops.FLOORDIV, Ops.FLOORMOD})  # uopc.stages.isel decomposes them for cuda
-
-
-def reg_class(dt: DType) -> str:
-  dt = dt.scalar
-  if dt.is_ptr(): return "b64"
-  if dt is dtypes.bool: return "pred"
-  if dt in _HALF: return "b16"
-  if dt is dtypes.float32: return "f32"
-  if dt is dtypes.float64: return "f64"
-  if dt.is_int(): return "b64" if dt.itemsize == 8 else "b32"
-  raise ValueError(f"no PTX register for {dt}")
-
-
-def int_type(dt: DType) -> str:
-  """The PTX type integer arithmetic on dt uses (8/16-bit values are computed in 32 bits)."""
-  return ("u" if dt.is_unsigned() else "s") + ("64" if dt.itemsize == 8 else "32")
-
-
-def mem_type(dt: DType) -> str:
-  """The PTX type of one element of dt in memory."""
-  if dt is dtypes.bool: return "u8"
-  if dt in _HALF: return "b16"
-  if dt.is_float(): return f"f{dt.bits}"
-  return ("u" if dt.is_unsigned() else "s") + str(dt.bits)
-
-
-def _float_t(dt: DType) -> str: return {dtypes.float16: "f16", dtypes.bfloat16: "bf16"}.get(dt, f"f{dt.bits}")
-
-
-def const_bits(value: Any, dt: DType) -> str:
-  """An immediate holding exactly `value` in scalar dtype dt's register (ints canonical, floats as bits)."""
-  if dt.is_int():
-    v = int(value) & ((1 << (64 if dt.itemsize == 8 else 32)) - 1)  # narrow signed ints sign-extended to 32 bits
-    return f"0x{v:016X}" if dt.itemsize == 8 else f"0x{v:08X}"
-  with np.errstate(over="ignore"):
-    if dt is dtypes.float16: return f"0x{int(np.array(value, np.float16).view(np.uint16)):04X}"
-    if dt is dtypes.bfloat16: return f"0x{int(np.array(value, ml_dtypes.bfloat16).view(np.uint16)):04X}"
-    if dt is dtypes.float32: return f"0f{struct.unpack('<I', struct.pack('<f', np.float32(value)))[0]:08X}"
-  return f"0d{struct.unpack('<Q', struct.pack('<d', float(value)))[0]:016X}"
 
 
 @dataclass(frozen=True)
@@ -217,10 +173,6 @@ def supported_arch(arch: str) -> bool:
   return re.fullmatch(ARCH_PATTERN, arch) is not None and _arch_number(arch) >= 80
 
 
-def _root(u: UOp) -> UOp:
-  while u.op in (Ops.INDEX, Ops.AFTER): u = u.src[0]
-  return u
-
 
 # ---- sources, threads, blocks -------------------------------------------------------------------------------
 def _param(k: _Kernel, u: UOp) -> None:
@@ -245,51 +197,6 @@ def _const(k: _Kernel, u: UOp) -> None:
     reg = k.op1("setp.ne.u32", dt, one, "0")
   else: reg = k.op1(f"mov.{'b' + str(dt.bits) if dt in _HALF else _mov_type(dt)}", dt, const_bits(u.arg, dt))
   k.set_lanes(u, [reg] * u.dtype.count)
-
-
-def _mov_type(dt: DType) -> str:
-  cls = reg_class(dt)
-  return cls if cls in ("f32", "f64") else "b" + cls[1:]
-
-
-class _RegArray:
-  """A REG buffer whose every access is at a constant offset (a register tile's accumulators after
-  Expand): one PTX register per element, read and written by `mov`. As a `.local` array it would rely
-  on ptxas to promote it to registers, which ptxas does not always do (a 4 x 8 tile's 32 accumulators
-  stayed in local memory: 128 bytes of stack frame, every update a local load and store)."""
-
-  def __init__(self, dt: DType):
-    self.dt, self.regs = dt, {}
-
-  def reg(self, k: _Kernel, i: int) -> str:
-    if i not in self.regs: self.regs[i] = k.new(self.dt)
-    return self.regs[i]
-
-
-@dataclass(frozen=True)
-class _RegSlot:
-  """An INDEX into a _RegArray: its elements from `offset` on."""
-  array: _RegArray
-  offset: int
-
-
-def _in_registers(k: _Kernel, buf: UOp) -> bool:
-  """A REG buffer of a non-bool dtype that is only ever indexed at constant offsets."""
-  if buf.dtype.addrspace is not AddrSpace.REG or buf.dtype.base.scalar is dtypes.bool: return False
-  return all(u.src[1].op is Ops.CONST for u in k.uops if u.op is Ops.INDEX and _root(u.src[0]) is buf)
-
-
-def _buffer(k: _Kernel, u: UOp) -> None:
-  dt = u.dtype
-  if not isinstance(dt, PtrDType) or dt.addrspace is AddrSpace.GLOBAL or dt.size < 0:
-    raise k.fail(u, f"BUFFER of dtype {dt}: only sized LOCAL/REG buffers are kernel arrays")
-  if _in_registers(k, u):
-    k.r[u] = _RegArray(dt.base.scalar)
-    return
-  space, prefix = (".shared", "temp") if dt.addrspace is AddrSpace.LOCAL else (".local", "acc")
-  name = f"{prefix}{len(k.arrays)}"
-  k.arrays.append(f"  {space} .align 16 .b8 {name}[{max(1, dt.size * dt.base.itemsize)}];")
-  k.r[u] = k.op1("mov.u64", dtypes.uint64, name)
 
 
 _SREG = {"gidx": "%ctaid", "lidx": "%tid"}
@@ -342,140 +249,6 @@ def _after(k: _Kernel, u: UOp) -> None: k.r[u] = k.r[u.src[0]]
 
 
 # ---- memory ---------------------------------------------------------------------------------------------------
-_SPACE = {AddrSpace.GLOBAL: "global", AddrSpace.LOCAL: "shared", AddrSpace.REG: "local"}
-
-
-def _index(k: _Kernel, u: UOp) -> None:
-  if len(u.src) != 2 or not isinstance(u.src[0].dtype, PtrDType): raise k.fail(u, "INDEX must be INDEX(pointer, offset)")
-  base, off = k.r[u.src[0]], u.src[1]
-  size = u.src[0].dtype.base.itemsize
-  if isinstance(base, _RegArray):
-    k.r[u] = _RegSlot(base, int(off.arg))
-    return
-  if off.op is Ops.CONST:
-    k.r[u] = k.op1("add.s64", dtypes.uint64, base, str(int(off.arg) * size))
-    return
-  wide = k.r[off] if reg_class(off.dtype) == "b64" else k.op1(f"cvt.{int_type(off.dtype)[0]}64.{int_type(off.dtype)}", dtypes.int64, k.r[off])
-  k.r[u] = k.op1("mad.lo.s64", dtypes.uint64, wide, str(size), base)
-
-
-def _access(k: _Kernel, u: UOp, value_dt: DType) -> tuple[str, str, str | None]:
-  """(state space, address register, gate predicate or None) of a LOAD/STORE/ATOMICADD."""
-  idx = u.src[0]
-  if idx.op is not Ops.INDEX or not isinstance(idx.dtype, PtrDType): raise k.fail(u, f"{u.op.name} must go through an INDEX")
-  if value_dt != idx.dtype.base and value_dt.scalar != idx.dtype.base:
-    raise k.fail(u, f"{u.op.name} of {value_dt} through a pointer to {idx.dtype.base}")
-  gate = u.src[2] if len(u.src) == 3 and u.src[2].op is not Ops.IF else None  # an IF source: already inside the IF
-  return _SPACE[idx.dtype.addrspace], k.r[idx], (k.r[gate] if gate is not None else None)
-
-
-def _address(reg: str, offset: int) -> str: return f"[{reg}+{offset}]" if offset else f"[{reg}]"
-
-
-def _vector_width(dt: DType) -> int:
-  """Lanes per ld/st .v2/.v4 (1: lane by lane): PTX vector accesses are at most 16 bytes."""
-  n, size = dt.count, dt.scalar.itemsize
-  return n if n in (2, 4) and dt.scalar is not dtypes.bool and n * size <= 16 else 1
-
-
-def _packed(dt: DType) -> bool:
-  """A vector of 2, 4 or 8 half-precision lanes: moved as 1, 2 or 4 32-bit words (ld/st .b32, .v2.b32,
-  .v4.b32), each word split into or made from two 16-bit registers with `mov.b32 {lo, hi}`."""
-  return dt.scalar in _HALF and dt.count in (2, 4, 8)
-
-
-def _load(k: _Kernel, u: UOp) -> None:
-  if u in k.async_loads: return  # the cp.async of its STORE reads the memory
-  if len(u.src) not in (1, 3): raise k.fail(u, "LOAD must be LOAD(index) or LOAD(index, alt, gate)")
-  space, addr, gate = _access(k, u, u.dtype)
-  dt, n = u.dtype.scalar, u.dtype.count
-  guard = f"@{gate} " if gate else ""
-  if isinstance(addr, _RegSlot):  # a copy of each element: later stores overwrite the element's register
-    out = [k.new(dt) for _ in range(n)]
-    for j, d in enumerate(out):
-      if gate: k.emit(f"mov.{_mov_type(dt)} {d}, {k.lanes(u.src[1])[j]}")
-      k.emit(f"{guard}mov.{_mov_type(dt)} {d}, {addr.array.reg(k, addr.offset + j)}")
-    k.set_lanes(u, out)
-    return
-  raw_dt = dtypes.uint32 if dt is dtypes.bool else dt
-  out = [k.new(raw_dt) for _ in range(n)]
-  if gate:
-    for d, a in zip(out, k.lanes(u.src[1])):
-      if dt is not dtypes.bool: k.emit(f"mov.{_mov_type(dt)} {d}, {a}")
-  if isinstance(u.arg, tuple) and u.arg[:1] == (LDMATRIX,):  # a warp-wide matrix load (uopc.stages.tensor_cores)
-    words = [k.new(dtypes.uint32) for _ in range(n // 2)]
-    k.emit(f"ldmatrix.sync.aligned.m8n8.x{n // 2}{'.trans' if u.arg[1] else ''}.shared.b16 {{{', '.join(words)}}}, {_address(addr, 0)}")
-    for j, w in enumerate(words): k.emit(f"mov.b32 {{{out[2 * j]}, {out[2 * j + 1]}}}, {w}")
-    k.set_lanes(u, out)
-    return
-  if _packed(u.dtype) and not gate:
-    words = [k.new(dtypes.uint32) for _ in range(n // 2)]
-    dst = words[0] if len(words) == 1 else "{" + ", ".join(words) + "}"
-    k.emit(f"ld.{space}{'' if len(words) == 1 else f'.v{len(words)}'}.b32 {dst}, {_address(addr, 0)}")
-    for j, w in enumerate(words): k.emit(f"mov.b32 {{{out[2 * j]}, {out[2 * j + 1]}}}, {w}")
-    k.set_lanes(u, out)
-    return
-  width = _vector_width(u.dtype)
-  for j in range(0, n, width):
-    regs = out[j:j + width]
-    dst = regs[0] if width == 1 else "{" + ", ".join(regs) + "}"
-    vec = "" if width == 1 else f".v{width}"
-    k.emit(f"{guard}ld.{space}{vec}.{mem_type(dt)} {dst}, {_address(addr, j * dt.itemsize)}")
-  if dt is dtypes.bool:  # bytes to predicates; a gated bool starts as its alt
-    preds = []
-    for d, a in zip(out, k.lanes(u.src[1]) if gate else out):
-      p = k.new(dtypes.bool)
-      if gate:
-        k.emit(f"mov.pred {p}, {a}")
-      k.emit(f"{guard}setp.ne.u32 {p}, {d}, 0")
-      preds.append(p)
-    out = preds
-  k.set_lanes(u, out)
-
-
-def _store(k: _Kernel, u: UOp) -> None:
-  if len(u.src) not in (2, 3): raise k.fail(u, "STORE must be STORE(index, value) or STORE(index, value, gate)")
-  value = u.src[1]
-  space, addr, gate = _access(k, u, value.dtype)
-  dt = value.dtype.scalar
-  if isinstance(u.arg, tuple) and u.arg[:1] == (ASYNC,):  # an asynchronous copy (uopc.stages.tensor_cores)
-    size, (src_space, src, fill) = dt.itemsize * value.dtype.count, _access(k, value, value.dtype)
-    if (space, src_space, gate) != ("shared", "global", None) or size not in (4, 8, 16):
-      raise k.fail(u, "an asynchronous copy moves 4, 8 or 16 bytes from global to shared memory, ungated")
-    reads = f", {k.op1('selp.u32', dtypes.uint32, str(size), '0', fill)}" if fill else ""  # bytes read, the rest zeros
-    k.emit(f"cp.async.{'cg' if size == 16 else 'ca'}.shared.global {_address(addr, 0)}, {_address(src, 0)}, {size}{reads}")
-    if u.arg[1]: k.emit("cp.async.commit_group")
-    return
-  regs = list(k.lanes(value))
-  guard = f"@{gate} " if gate else ""
-  if isinstance(addr, _RegSlot):
-    for j, r in enumerate(regs): k.emit(f"{guard}mov.{_mov_type(dt)} {addr.array.reg(k, addr.offset + j)}, {r}")
-    return
-  if dt is dtypes.bool: regs = [k.op1("selp.u32", dtypes.uint32, "1", "0", p) for p in regs]
-  if _packed(value.dtype):
-    words = [k.new(dtypes.uint32) for _ in range(len(regs) // 2)]
-    for j, w in enumerate(words): k.emit(f"mov.b32 {w}, {{{regs[2 * j]}, {regs[2 * j + 1]}}}")
-    src = words[0] if len(words) == 1 else "{" + ", ".join(words) + "}"
-    k.emit(f"{guard}st.{space}{'' if len(words) == 1 else f'.v{len(words)}'}.b32 {_address(addr, 0)}, {src}")
-    return
-  width = _vector_width(value.dtype)
-  for j in range(0, len(regs), width):
-    src = regs[j] if width == 1 else "{" + ", ".join(regs[j:j + width]) + "}"
-    k.emit(f"{guard}st.{space}{'' if width == 1 else f'.v{width}'}.{mem_type(dt)} {_address(addr, j * dt.itemsize)}, {src}")
-
-
-_ATOMIC_TYPES = {dtypes.int32: "s32", dtypes.uint32: "u32", dtypes.uint64: "u64", dtypes.float32: "f32", dtypes.float64: "f64"}
-
-
-def _atomic_add(k: _Kernel, u: UOp) -> None:
-  value = u.src[1]
-  if value.dtype not in _ATOMIC_TYPES: raise k.fail(u, f"ATOMICADD of {value.dtype} is not supported by the PTX renderer")
-  space, addr, _ = _access(k, u, value.dtype)
-  old = k.new(value.dtype)
-  k.emit(f"atom.{space}.add.{_ATOMIC_TYPES[value.dtype]} {old}, [{addr}], {k.r[value]}")
-  k.r[u] = old
-
-
 # ---- vectors and bit casts ----------------------------------------------------------------------------------------
 def _stack(k: _Kernel, u: UOp) -> None:
   if u.dtype.count != len(u.src): raise k.fail(u, f"STACK of {len(u.src)} values into {u.dtype}")
