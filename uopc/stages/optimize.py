@@ -56,116 +56,18 @@ schedules in `uopc.stages.cpu_schedule`, the GPU ones here and in `uopc.stages.g
 """
 from __future__ import annotations
 
-import enum
 import math
-import re
 from dataclasses import dataclass
 from typing import Any, Callable, Mapping
 
-from uopc.diagnostics import CompileError, Loc, error
+from uopc.diagnostics import CompileError, error
 from uopc.dtype import AddrSpace, PtrDType, dtypes
 from uopc.ops import AxisType, Ops
+from uopc.stages.opts import Opt, OptOp, parse_opts, parse_schedule  # noqa: F401 (the opts' home; re-exported)
 from uopc.stages.tensor_cores import CUDA_TENSOR_CORES, TensorCore
 from uopc.stages.accumulators import accumulator_first
 from uopc.symbolic import simplify
 from uopc.uop import UOp
-
-# ---- opts ----------------------------------------------------------------------------------------------
-
-
-class OptOp(enum.Enum):
-  SPLIT = enum.auto(); PADTO = enum.auto(); SWAP = enum.auto(); NOLOCALS = enum.auto(); TC = enum.auto()  # noqa: E702
-
-
-@dataclass(frozen=True)
-class Opt:
-  """One OptOp. SPLIT: arg (k, AxisType, top); PADTO: the multiple; SWAP: the other axis; TC: its args."""
-  op: OptOp
-  axis: int | None = None
-  arg: Any = None
-
-  def __str__(self) -> str:
-    if self.op is OptOp.SPLIT:
-      k, t, top = self.arg
-      return f"SPLIT({self.axis},{k},{t.letter}{',top' if top else ''})"
-    if self.op is OptOp.NOLOCALS: return "NOLOCALS"
-    if self.op is OptOp.TC: return f"TC({','.join(str(a) for a in (self.axis,) + tuple(self.arg))})"
-    return f"{self.op.name}({self.axis},{self.arg})"
-
-
-_LETTERS = {t.letter: t for t in AxisType}
-_OPT_RE = re.compile(r"\s*([A-Za-z_]+)\s*(?:\(([^()]*)\))?\s*(?:,|$)")
-
-
-def parse_opts(text: str, loc: Loc | None = None) -> tuple[Opt, ...]:
-  """`SPLIT(0,4,u),SWAP(0,1),NOLOCALS` -> Opts; an empty text is no opts."""
-  opts, pos = [], 0
-  while text[pos:].strip():
-    m = _OPT_RE.match(text, pos)
-    if m is None: raise _parse_error(loc, pos, f"expected an opt such as SPLIT(0,4,u) at '{text[pos:]}'")
-    opts.append(_opt(m.group(1).upper(), [a.strip() for a in m.group(2).split(",")] if m.group(2) is not None else [], loc, m.start(1)))
-    pos = m.end()
-  return tuple(opts)
-
-
-def _parse_error(loc: Loc | None, col: int, message: str) -> CompileError:
-  where = Loc(loc.file, loc.line, loc.col + col) if loc else None
-  return CompileError([error(where, message if loc else f"--opts: {message}")])
-
-
-def _opt(name: str, args: list[str], loc: Loc | None, col: int) -> Opt:
-  def fail(msg: str) -> CompileError: return _parse_error(loc, col, f"{name}: {msg}")
-  def ints(xs: list[str]) -> list[int]:
-    if not all(re.fullmatch(r"-?\d+", x) for x in xs): raise fail(f"expected integers, got ({', '.join(xs)})")
-    return [int(x) for x in xs]
-  if name not in OptOp.__members__: raise fail(f"unknown opt; opts are {', '.join(OptOp.__members__)}")
-  op = OptOp[name]
-  if op is OptOp.NOLOCALS:
-    if args: raise fail("takes no arguments")
-    return Opt(op)
-  if op is OptOp.TC:
-    if len(args) == 4: raise fail("the opt and mode arguments (padding, emulation) are not supported; use TC(axis) or TC(axis, tc)")
-    if len(args) not in (1, 2, 3): raise fail("expected TC(axis), TC(axis, tc) or TC(axis, tc, stage)")
-    axis, *choice = ints(args)
-    if len(choice) == 2 and choice[1] not in (0, 1): raise fail("stage must be 1 (operands staged in LOCAL memory, the default) or 0")
-    return Opt(op, axis, (tuple(choice) or (-1,))[:1 if choice[1:] == [1] else 2])
-  if op is OptOp.SPLIT:
-    if len(args) not in (3, 4) or (len(args) == 4 and args[3] != "top"):
-      raise fail("expected SPLIT(axis, factor, type) or SPLIT(axis, factor, type, top)")
-    if args[2] not in _LETTERS: raise fail(f"unknown axis type '{args[2]}'; types are {' '.join(_LETTERS)}")
-    axis, k = ints(args[:2])
-    return Opt(op, axis, (k, _LETTERS[args[2]], len(args) == 4))
-  if len(args) != 2: raise fail(f"expected {name}(axis, {'multiple' if op is OptOp.PADTO else 'axis'})")
-  axis, arg = ints(args)
-  return Opt(op, axis, arg)
-
-
-_KERNEL_LINE = re.compile(r"\s*([A-Za-z0-9_]+)\s*:(.*)$")
-
-
-def parse_schedule(specs: tuple[str, ...] | list[str]) -> dict[str, tuple[Opt, ...]]:
-  """The `--opts` values: each `KERNEL:OPT,OPT,...`, or `@FILE` holding one such line per kernel
-  (blank lines and lines starting with # are skipped). `KERNEL:` alone pins no opts at all."""
-  out: dict[str, tuple[Opt, ...]] = {}
-  for spec in specs:
-    lines = _schedule_lines(spec)
-    for text, loc in lines:
-      m = _KERNEL_LINE.match(text)
-      if m is None: raise _parse_error(loc, 0, f"expected KERNEL:OPTS, got '{text.strip()}'")
-      if m.group(1) in out: raise _parse_error(loc, 0, f"kernel {m.group(1)} is given opts twice")
-      out[m.group(1)] = parse_opts(m.group(2), Loc(loc.file, loc.line, m.start(2) + 1) if loc else None)
-  return out
-
-
-def _schedule_lines(spec: str) -> list[tuple[str, Loc | None]]:
-  if not spec.startswith("@"): return [(spec, None)]
-  path = spec[1:]
-  try:
-    with open(path) as f: text = f.read()
-  except OSError as e:
-    raise CompileError([error(None, f"--opts: cannot read {path}: {e.strerror}")]) from e
-  return [(line, Loc(path, i + 1, 1)) for i, line in enumerate(text.splitlines()) if line.strip() and not line.lstrip().startswith("#")]
-
 
 # ---- targets --------------------------------------------------------------------------------------------
 
