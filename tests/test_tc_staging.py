@@ -125,8 +125,8 @@ def test_emulator_reports_reads_of_copies_not_waited_for(tmp_path, monkeypatch):
   import uopc.stages.tc_staging as tc_staging
   from uopc.rewrite import substitute
   real = tc_staging.stage_operands
-  def no_wait(sink, trace=None):
-    out = real(sink, trace)
+  def no_wait(sink, trace=None, stages=None):
+    out = real(sink, trace, stages)
     return substitute(out, {u: u.replace(arg=(ASYNC, 99)) for u in out.toposort() if u.op is Ops.BARRIER})
   monkeypatch.setattr(tc_staging, "stage_operands", no_wait)
   with pytest.raises(Exception, match="which an asynchronous copy has not been waited for"):
@@ -148,3 +148,29 @@ def test_tile_layout_is_a_bijection_and_8_rows_of_a_chunk_hit_8_bank_groups(cols
   for r0 in range(rows - 7 if lay.swizzled else 0):
     for j in range(0, cols, 8):  # 16-byte chunks of f16: bank group = (byte address // 16) % 8
       assert len({places[(r0 + i, j)] * 2 // 16 % 8 for i in range(8)}) == 8
+
+
+def test_stages_and_warp_tile_are_pinned_by_tc_arguments():
+  """TC(axis, tc, stages, tile): 2 stages instead of the 3 that fit, a 1 x 1 warp tile instead of 2 x 4;
+  a stage count that cannot fit, or a tile that does not divide, is refused with why."""
+  import pytest as _pytest
+  from uopc.diagnostics import CompileError
+  from uopc.stages.optimize import format_axes
+  f = gemm_relu(128, 64, 128, "f16")
+  sink = _staged(f, "TC(2,-1,2,4)").sink
+  assert format_axes(sink) == "g8 g16 R2 w32"  # 1 x 1 tiles of 16 x 8 a warp: 8 x 16 warps
+  assert [u.arg for u in sink.toposort() if u.op is Ops.BARRIER] == [(ASYNC, 0)]  # 2 stages: nothing left in flight
+  with _pytest.raises(CompileError, match="cannot be staged in 3 stages"):
+    _staged(gemm_relu(64, 32, 64, "f16"), "TC(2,-1,3)")  # one iteration of 32: no room for 2 ahead
+  with _pytest.raises(CompileError, match="tile 1 .4 x 8 tensor-core tiles a warp. does not divide M x N = 32 x 64"):
+    _staged(gemm_relu(32, 32, 64, "f16"), "TC(2,-1,1,1)")
+
+
+@pytest.mark.parametrize("opts", ["TC(2,-1,2,0)", "TC(2,-1,3,2)", "TC(2,-1,1,5)"])
+def test_pinned_stages_and_tiles_compute_the_same_bits(tmp_path, monkeypatch, opts):
+  f, x = gemm_relu(64, 96, 128, "f16"), inputs(64, 96, 128, "f16")
+  (tmp_path / "a").mkdir(); (tmp_path / "b").mkdir()  # noqa: E702
+  got = emulated(tmp_path / "a", monkeypatch, f, x, opts)["out"]
+  ref = emulated(tmp_path / "b", monkeypatch, f, x, opts.split(",")[0] + ",-1,0," + opts.split(",")[3])["out"]
+  assert np.array_equal(got.view(np.uint32), ref.view(np.uint32))
+  assert_gemm_relu(got, x)

@@ -46,8 +46,10 @@ OptOps (seed 000's table), composed left to right, each checked before it applie
   of 32 lanes joins them (a workgroup dimension, always the innermost: the lanes of one warp); each
   lane loads its fragments of a and b and the reduction accumulates WMMA ops; the epilogue f runs
   once per accumulator element. Then (`uopc.stages.tc_staging`) the workgroup stages each iteration's
-  tiles of a and b in LOCAL memory and the lanes read their fragments from there, unless the third
-  argument says 0 (`TC(axis, tc, 0)`: fragments straight from global memory) or NOLOCALS. TC must
+  tiles of a and b in LOCAL memory and the lanes read their fragments from there, in as many stages as
+  fit, unless the third argument pins their number (`TC(axis, tc, stages)`: 0 for fragments straight
+  from global memory, 2 or 3) or NOLOCALS; the fourth pins the warp tile (`uopc.stages.opts.TC_TILES`,
+  else chosen by the gemm's size). TC must
   be the first opt; after it, axes may still be split into LOCAL (more warps per workgroup) or padded,
   but not UPCAST or UNROLLed (a WMMA is not widened). Only -t cuda has tensor cores.
 
@@ -63,7 +65,7 @@ from typing import Any, Callable, Mapping
 from uopc.diagnostics import CompileError, error
 from uopc.dtype import AddrSpace, PtrDType, dtypes
 from uopc.ops import AxisType, Ops
-from uopc.stages.opts import Opt, OptOp, parse_opts, parse_schedule  # noqa: F401 (the opts' home; re-exported)
+from uopc.stages.opts import TC_AUTO_STAGES, Opt, OptOp, parse_opts, parse_schedule  # noqa: F401 (the opts' home; re-exported)
 from uopc.stages.tensor_cores import CUDA_TENSOR_CORES, TensorCore
 from uopc.stages.accumulators import accumulator_first
 from uopc.symbolic import simplify
@@ -507,9 +509,15 @@ def optimize(sink: UOp, kernel: str, caps: TargetCaps, pinned: tuple[Opt, ...] |
   typed = type_axes(accumulator_first(sink), caps, trace)
   opts = pinned if pinned is not None else heuristic_opts(typed, caps)
   sink = apply_opts(typed, opts, caps, kernel, trace)
-  if caps.gpu and not any(o.op is OptOp.NOLOCALS or (o.op is OptOp.TC and o.arg[1:] == (0,)) for o in opts):
+  tc = next((o for o in opts if o.op is OptOp.TC), None)
+  stages = tc.arg[1] if tc is not None and len(tc.arg) > 1 else TC_AUTO_STAGES
+  if caps.gpu and stages and not any(o.op is OptOp.NOLOCALS for o in opts):
     from uopc.stages.tc_staging import stage_operands  # it builds on this module's types
-    sink = stage_operands(sink, trace)
+    staged = stage_operands(sink, trace, None if stages == TC_AUTO_STAGES else stages)
+    if staged is sink and stages != TC_AUTO_STAGES:
+      raise CompileError([error(None, f"kernel {kernel}: cannot apply {tc}: its operand tiles cannot be staged in {stages} stages "
+                                      f"(they must fit 48 KiB of LOCAL memory and the reduction must have {stages - 1} iterations or more)")])
+    sink = staged
   out = KernelSchedule(sink, opts, caps)
   for old, new in trace: relocate(old, new)
   return out

@@ -1,5 +1,5 @@
 """The OptOps of seed 000 as uopc takes them (`Opt`, `OptOp`) and their text form, the `--opts` syntax:
-`SPLIT(axis,k,type[,top])`, `PADTO(axis,m)`, `SWAP(axis,axis)`, `NOLOCALS`, `TC(axis[,tc[,stage]])`,
+`SPLIT(axis,k,type[,top])`, `PADTO(axis,m)`, `SWAP(axis,axis)`, `NOLOCALS`, `TC(axis[,tc[,stages[,tile]]])`,
 comma-separated, and `KERNEL:OPTS` lines (or `@FILE`) for a build's schedule. What each opt does to a
 kernel is uopc/stages/optimize.py's. Invariant: `str(opt)` parses back to the same Opt, and a
 malformed text is a located CompileError.
@@ -13,6 +13,11 @@ from typing import Any
 
 from uopc.diagnostics import CompileError, Loc, error
 from uopc.ops import AxisType
+
+
+TC_AUTO_STAGES = 1          # TC's stages argument: staged in LOCAL memory, as many stages as fit (the default)
+TC_STAGE_COUNTS = (2, 3)     # ... or exactly this many
+TC_TILES = ((2, 4), (4, 8), (2, 2), (1, 2), (1, 1), (4, 4))  # TC's tile argument: tensor-core tiles per warp along (m, n)
 
 
 class OptOp(enum.Enum):
@@ -66,11 +71,16 @@ def _opt(name: str, args: list[str], loc: Loc | None, col: int) -> Opt:
     if args: raise fail("takes no arguments")
     return Opt(op)
   if op is OptOp.TC:
-    if len(args) == 4: raise fail("the opt and mode arguments (padding, emulation) are not supported; use TC(axis) or TC(axis, tc)")
-    if len(args) not in (1, 2, 3): raise fail("expected TC(axis), TC(axis, tc) or TC(axis, tc, stage)")
-    axis, *choice = ints(args)
-    if len(choice) == 2 and choice[1] not in (0, 1): raise fail("stage must be 1 (operands staged in LOCAL memory, the default) or 0")
-    return Opt(op, axis, (tuple(choice) or (-1,))[:1 if choice[1:] == [1] else 2])
+    if not 1 <= len(args) <= 4: raise fail("expected TC(axis[, tc[, stages[, tile]]])")
+    axis, *rest = ints(args)
+    choice = (rest + [-1, TC_AUTO_STAGES, -1][len(rest):])[:3]  # the defaults: any tensor core, stages and tile chosen
+    if choice[1] not in (0, TC_AUTO_STAGES, *TC_STAGE_COUNTS):
+      raise fail(f"stages must be 0 (fragments from global memory), 1 (staged in LOCAL memory, as many as fit: the default) "
+                 f"or {' or '.join(map(str, TC_STAGE_COUNTS))}")
+    if not -1 <= choice[2] < len(TC_TILES):
+      raise fail(f"tile must be -1 (chosen by size) or 0..{len(TC_TILES) - 1}: " + ", ".join(f"{i} = {m} x {n}" for i, (m, n) in enumerate(TC_TILES)))
+    while len(choice) > 1 and choice[-1] == (-1, TC_AUTO_STAGES, -1)[len(choice) - 1]: choice.pop()  # printed without defaults
+    return Opt(op, axis, tuple(choice))
   if op is OptOp.SPLIT:
     if len(args) not in (3, 4) or (len(args) == 4 and args[3] != "top"):
       raise fail("expected SPLIT(axis, factor, type) or SPLIT(axis, factor, type, top)")

@@ -18,6 +18,7 @@ from typing import Mapping
 from uopc.dtype import AddrSpace, dtypes
 from uopc.ops import AxisType, Ops
 from uopc.rewrite import substitute
+from uopc.stages.opts import TC_TILES
 from uopc.stages.optimize import (Opt, OptError, OptOp, TargetCaps, Trace, _axis, _is_global, _memory_ops, _Planner, _range,
                                   accumulator_update, axis_size, axis_type, kernel_axes, note, root_buffer, scopes)
 from uopc.stages.tensor_cores import WARP_SIZE, TensorCore
@@ -105,7 +106,11 @@ def tensor_core(sink: UOp, opt: Opt, caps: TargetCaps, trace: Trace | None) -> U
   g = _gemm(sink, _axis(axes, opt.axis))
   tc = _pick_tensor_core(g, caps, opt.arg[0])
   (tm, tn, tk), idx = tc.dims, dtypes.index
-  wm, wn = tc_warp_tile(axis_size(g.m), axis_size(g.n), tc)
+  if len(opt.arg) > 2 and opt.arg[2] >= 0:  # a pinned warp tile
+    wm, wn = TC_TILES[opt.arg[2]]
+    if axis_size(g.m) % (tm * wm) or axis_size(g.n) % (tn * wn):
+      raise OptError(f"tile {opt.arg[2]} ({wm} x {wn} tensor-core tiles a warp) does not divide M x N = {axis_size(g.m)} x {axis_size(g.n)}")
+  else: wm, wn = tc_warp_tile(axis_size(g.m), axis_size(g.n), tc)
   ks = next(s for s in TC_K_STEPS if axis_size(g.k) % (tk * s) == 0)
   m, n, k = (_range(axis_size(r) // t, r.arg[0], axis_type(r)) for r, t in ((g.m, tm * wm), (g.n, tn * wn), (g.k, tk * ks)))
   lane = _range(WARP_SIZE, max(r.arg[0] for r in axes) + 1, AxisType.WARP)

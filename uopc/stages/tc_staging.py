@@ -253,8 +253,10 @@ def _fragment(stack: UOp, where: dict) -> UOp:
   return stack.replace(src=tuple(lanes))
 
 
-def stage_operands(sink: UOp, trace=None) -> UOp:
-  """sink with its tensor-core operands staged in LOCAL tiles (module docstring); unchanged where not."""
+def stage_operands(sink: UOp, trace=None, stages: int | None = None) -> UOp:
+  """sink with its tensor-core operands staged in LOCAL tiles (module docstring), in `stages` stages
+  (None: the most of STAGES that fit); unchanged where not."""
+  counts = STAGES if stages is None else (stages,)
   wmmas = [u for u in sink.toposort() if u.op is Ops.WMMA]
   if not wmmas: return sink
   axes = [u for u in sink.toposort() if u.op is Ops.RANGE and isinstance(u.arg, tuple) and len(u.arg) == 2]
@@ -283,7 +285,7 @@ def stage_operands(sink: UOp, trace=None) -> UOp:
   trips = k.src[0].arg
   layouts = [_Layout(p[3], p[4], op.buf.dtype.base.itemsize) for op, p in plans]
   tile_bytes = sum(p[2] * lay.pitch * op.buf.dtype.base.itemsize for (op, p), lay in zip(plans, layouts))
-  stages = next((n for n in STAGES if n * tile_bytes <= MAX_LOCAL_BYTES and n - 1 <= trips), 0)
+  stages = next((n for n in counts if n * tile_bytes <= MAX_LOCAL_BYTES and n - 1 <= trips), 0)
   if not stages or any((p[2] * p[3] // p[4]) % count for _, p in plans): return sink
   tiles = []
   for n, ((op, (block, s, rows, cols, v, splits)), layout) in enumerate(zip(plans, layouts)):

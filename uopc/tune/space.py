@@ -7,11 +7,11 @@ seed 000's table that `apply_opt` accepts on S:
   workgroup threads on a GPU, both sides there), THREAD (t, CPU targets), LOCAL (l, GPUs);
 - PADTO of an axis to a multiple it is not already of (PADS);
 - SWAP of two axes of one type; NOLOCALS on a GPU; TC (tensor cores) as the first opt on -t cuda, with
-  its operand tiles staged in shared memory (`TC(axis,-1)`) or not (`TC(axis,-1,0)`).
+  its operand tiles staged in shared memory in as many stages as fit, in 2 or 3, or not at all, and
+  each warp tile of TC_TILES.
 A child whose vector lanes (the product of its UPCAST, UNROLL and CPU GROUP_REDUCE sizes) exceed
 MAX_LANES (or the heuristics' own, when larger) is left out: its code size costs compile time for
-nothing. The tensor-core staging (shared-memory tiles with register prefetch) is the one shared-memory
-choice; its warp tile and pipeline depth are not OptOps yet.
+nothing.
 
 Invariant: the space is a function of (kernel, opts, target caps) and SPACE_VERSION; a change to the
 space (factors, opts, rules) must bump SPACE_VERSION, which is part of every database key, so entries
@@ -22,9 +22,10 @@ from __future__ import annotations
 from uopc.diagnostics import CompileError
 from uopc.ops import AxisType
 from uopc.stages.optimize import (Opt, OptError, OptOp, TargetCaps, apply_opt, axis_size, axis_type, is_axis, kernel_axes)
+from uopc.stages.opts import TC_AUTO_STAGES, TC_STAGE_COUNTS, TC_TILES
 from uopc.uop import UOp
 
-SPACE_VERSION = 2
+SPACE_VERSION = 3
 UPCASTS = (2, 3, 4, 8, 16)
 UNROLLS = (2, 4, 8, 16)
 CPU_GROUPS = (4, 8, 16, 32)
@@ -53,8 +54,9 @@ def actions(sink: UOp, opts: tuple[Opt, ...], caps: TargetCaps) -> list[Opt]:
   """Every opt to try after `opts` (not yet checked: `children` applies them)."""
   axes = kernel_axes(sink)
   out: list[Opt] = []
-  if not opts and caps.tensor_cores:  # operands staged in LOCAL memory (the default) or read from global memory
-    out += [Opt(OptOp.TC, i, arg) for i, r in enumerate(axes) if is_axis(r) and axis_type(r) is AxisType.REDUCE for arg in ((-1,), (-1, 0))]
+  if not opts and caps.tensor_cores:  # every staging (none, as many as fit, 2, 3) and warp tile (by size, or each of TC_TILES)
+    args = [(-1,), (-1, 0), *((-1, n) for n in TC_STAGE_COUNTS), *((-1, TC_AUTO_STAGES, t) for t in range(len(TC_TILES)))]
+    out += [Opt(OptOp.TC, i, arg) for i, r in enumerate(axes) if is_axis(r) and axis_type(r) is AxisType.REDUCE for arg in args]
   for i, r in enumerate(axes):
     if not is_axis(r) or not isinstance(size := axis_size(r), int): continue
     out += [Opt(OptOp.SPLIT, i, (k, t, top)) for k, top, t in _splits(axis_type(r), size, caps)]
