@@ -174,3 +174,15 @@ def test_pinned_stages_and_tiles_compute_the_same_bits(tmp_path, monkeypatch, op
   ref = emulated(tmp_path / "b", monkeypatch, f, x, opts.split(",")[0] + ",-1,0," + opts.split(",")[3])["out"]
   assert np.array_equal(got.view(np.uint32), ref.view(np.uint32))
   assert_gemm_relu(got, x)
+
+
+@needs_ptxas
+def test_ptxas_accepts_pinned_stages_and_tiles(tmp_path):
+  from uopc.stages.optimize import parse_schedule
+  (tmp_path / "tc.uop").write_text(program([gemm_relu(128, 64, 128, "f16")]))
+  for i, (opts, wait) in enumerate([("TC(2,-1,2,1)", "cp.async.wait_group 0"), ("TC(2,-1,3,5)", "cp.async.wait_group 1"), ("TC(2,-1,0,3)", None)]):
+    out = tmp_path / f"out{i}"
+    build(tmp_path / "tc.uop", BuildOptions(target="cuda", out_dir=out, emit=("ptx",), schedule=parse_schedule([f"tc__tc_f16_k0:{opts}"])))
+    ptx = (out / "tc.ptx").read_text()
+    assert (wait in ptx) if wait else "cp.async" not in ptx  # the pinned stages reached the kernel
+    ptxas_accepts(ptx, "sm_90", tmp_path)
