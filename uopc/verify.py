@@ -8,50 +8,21 @@ shape after an earlier error) skips the rule instead of reporting a cascade of f
 from __future__ import annotations
 
 import math
-import re
 from collections import Counter
 from typing import Any, Callable, Iterator
 
 from uopc.diagnostics import Diagnostic, Loc, error
-from uopc.dtype import AddrSpace, DType, PtrDType, dtypes, truncate
+from uopc.dtype import AddrSpace, DType, dtypes, truncate
 from uopc.module import Module
-from uopc.ops import AxisType, GroupOp, Ops
+from uopc.ops import GroupOp, Ops
 from uopc.uop import UOp, is_data_view, shape_values
+from uopc.verify_kernel import (_check_atomicadd, _check_barrier, _check_end, _check_endif, _check_if, _check_load, _check_range,
+                                 _check_special, _check_store, _is_void, _sources_are_effects)
 from uopc.verify_multi import check_allreduce, check_mselect, check_multi, check_replicated
-from uopc.stages.tensor_cores import ASYNC, LDMATRIX
+from uopc.verify_util import EFFECTS, _count_text, _element, _fmt, _is_device, _is_int, _is_int_scalar, _is_value, _known, _src_count_ok
 
 Check = Callable[[UOp], Iterator[str]]
 REDUCE_OPS = (Ops.ADD, Ops.MAX, Ops.MUL)
-EFFECTS = "a side effect (STORE, END, GROUP or BARRIER)"
-
-
-# ---- small predicates and formatting ------------------------------------------------------------------
-def _is_int(x: Any) -> bool: return isinstance(x, int) and not isinstance(x, bool)
-def _is_value(dt: DType) -> bool: return not dt.is_ptr() and dt is not dtypes.void
-def _is_int_scalar(dt: DType) -> bool: return dt.count == 1 and not dt.is_ptr() and dt.is_int()
-def _known(shape) -> bool: return shape is not None and all(_is_int(d) for d in shape)
-def _element(dt: DType) -> DType: return dt.base if isinstance(dt, PtrDType) else dt
-
-
-def _dim(d) -> str:
-  if _is_int(d): return str(d)
-  if isinstance(d, UOp) and d.op is Ops.DEFINE_VAR and isinstance(d.arg, tuple) and d.arg: return str(d.arg[0])
-  return "?"
-
-
-def _fmt(shape) -> str: return "(" + ", ".join(_dim(d) for d in shape) + ("," if len(shape) == 1 else "") + ")"
-
-
-def _is_device(d: Any) -> bool:
-  return d is None or isinstance(d, str) or isinstance(d, tuple) and len(d) > 0 and all(isinstance(x, str) for x in d)
-
-
-def _src_count_ok(n: int, lo: int, hi: int | None) -> bool: return lo <= n and (hi is None or n <= hi)
-
-
-def _count_text(lo: int, hi: int | None) -> str:
-  if hi == lo: return f"{lo} source{'s' if lo != 1 else ''}"
-  return f"at least {lo} sources" if hi is None else f"{lo} to {hi} sources"
 
 
 # ---- operands that spell shapes -----------------------------------------------------------------------
@@ -342,113 +313,6 @@ def _check_gettuple(u: UOp) -> Iterator[str]:
   elif tup.op is Ops.TUPLE:
     if not 0 <= u.arg < len(tup.src): yield f"GETTUPLE index {u.arg} is out of range for a TUPLE of {len(tup.src)}"
     elif u.dtype is not tup.src[u.arg].dtype: yield f"GETTUPLE has dtype {u.dtype}, element {u.arg} is {tup.src[u.arg].dtype}"
-
-
-# ---- memory -------------------------------------------------------------------------------------------
-def _check_gate(u: UOp, gate: UOp) -> Iterator[str]:
-  if gate.dtype.scalar is not dtypes.bool: yield f"{u.op.name} gate must be bool, got {gate.dtype}"
-
-
-def _check_load(u: UOp) -> Iterator[str]:
-  src = u.src[0]
-  if len(u.src) == 2: yield "LOAD takes (index) or (index, alt, gate), got 2 sources"
-  if src.dtype is dtypes.void: yield f"LOAD of a {src.op.name}, which has no value"
-  elif src.dtype.is_ptr():
-    if u.dtype.scalar is not src.dtype.base: yield f"LOAD through {src.dtype} gives {src.dtype.base}, not {u.dtype}"
-  elif u.dtype is not src.dtype: yield f"LOAD (a copy) has dtype {u.dtype}, its source {src.dtype}"
-  if len(u.src) == 3:
-    if u.src[1].dtype is not u.dtype: yield f"LOAD alternative value is {u.src[1].dtype}, the load {u.dtype}"
-    yield from _check_gate(u, u.src[2])
-  a = u.arg
-  if isinstance(a, tuple) and a[:1] == (LDMATRIX,):
-    if len(a) != 2 or not isinstance(a[1], bool): yield f"LOAD arg must be ({LDMATRIX!r}, trans), got {a!r}"
-    if u.dtype.scalar.itemsize != 2 or u.dtype.count not in (2, 4, 8): yield f"{LDMATRIX} loads 2, 4 or 8 16-bit lanes, not {u.dtype}"
-    if not (src.dtype.is_ptr() and src.dtype.addrspace is AddrSpace.LOCAL): yield f"{LDMATRIX} reads LOCAL memory"
-    return
-  if a is not None and not (isinstance(a, tuple) and 1 <= len(a) <= 2 and _is_device(a[0])
-                            and (len(a) == 1 or a[1] is None or isinstance(a[1], AddrSpace))):
-    yield f"LOAD arg must be (device, addrspace), got {a!r}"
-
-
-def _check_store(u: UOp) -> Iterator[str]:
-  dst, val = u.src[0], u.src[1]
-  if val.dtype is dtypes.void: yield f"STORE value is a {val.op.name}, which has no value"
-  elif dst.dtype.is_ptr():
-    if val.dtype.scalar is not dst.dtype.base: yield f"STORE of {val.dtype} into {dst.dtype}: the value must be {dst.dtype.base}"
-  elif dst.dtype is dtypes.void: yield f"STORE target is a {dst.op.name}, not a buffer"
-  elif val.dtype is not dst.dtype: yield f"STORE of {val.dtype} into a {dst.dtype} buffer"
-  elif _known(dst.shape) and _known(val.shape) and dst.shape != val.shape:
-    yield f"STORE value shape {_fmt(val.shape)} differs from the buffer's shape {_fmt(dst.shape)}"
-  if len(u.src) == 3: yield from _check_gate(u, u.src[2])
-  if u.arg is not None:
-    if not (isinstance(u.arg, tuple) and len(u.arg) == 2 and u.arg[0] == ASYNC and isinstance(u.arg[1], bool)):
-      yield f"STORE arg must be ({ASYNC!r}, commit) (an asynchronous copy) or none, got {u.arg!r}"
-    elif not (dst.dtype.is_ptr() and dst.dtype.addrspace is AddrSpace.LOCAL and val.op is Ops.LOAD and val.src[0].dtype.is_ptr()
-              and val.src[0].dtype.addrspace is AddrSpace.GLOBAL and val.dtype.scalar.itemsize * val.dtype.count in (4, 8, 16)):
-      yield "an asynchronous STORE copies 4, 8 or 16 bytes LOADed from GLOBAL memory into LOCAL memory"
-    elif len(val.src) == 3 and not all(x.op is Ops.CONST and x.arg == 0 for x in (val.src[1].src if val.src[1].op is Ops.STACK else (val.src[1],))):
-      yield "a gated asynchronous copy fills zeros: its LOAD's alternative must be 0"
-
-
-def _check_barrier(u: UOp) -> Iterator[str]:
-  a = u.arg
-  if a is not None and not (isinstance(a, tuple) and len(a) == 2 and a[0] == ASYNC and isinstance(a[1], int) and a[1] >= 0):
-    yield f"BARRIER arg must be ({ASYNC!r}, groups of copies still in flight) or none, got {a!r}"
-
-
-def _check_atomicadd(u: UOp) -> Iterator[str]:
-  dst, val = u.src
-  if not dst.dtype.is_ptr(): yield f"ATOMICADD target must be a pointer, got {dst.dtype}"
-  elif val.dtype is not dst.dtype.base: yield f"ATOMICADD of {val.dtype} into {dst.dtype}"
-  if u.dtype not in (dtypes.void, val.dtype): yield f"ATOMICADD has dtype {u.dtype}, expected void or {val.dtype}"
-
-
-# ---- ordering -----------------------------------------------------------------------------------------
-def _check_loop_bound(u: UOp) -> Iterator[str]:
-  b = u.src[0]
-  if not _is_int_scalar(b.dtype): yield f"{u.op.name} bound must be an integer scalar, got {b.dtype}"
-  elif u.dtype is not b.dtype: yield f"{u.op.name} has dtype {u.dtype}, its bound {b.dtype}"
-  elif b.op is Ops.CONST and _is_int(b.arg) and b.arg < 0: yield f"{u.op.name} bound {b.arg} is negative"
-
-
-def _check_range(u: UOp) -> Iterator[str]:
-  yield from _check_loop_bound(u)
-  a = u.arg
-  if not (isinstance(a, tuple) and len(a) == 2 and _is_int(a[0]) and isinstance(a[1], AxisType)):
-    yield f"RANGE arg must be (axis_id, AxisType), got {a!r}"
-
-
-SPECIAL_NAME = re.compile(r"(gidx|lidx|idx)[0-9]+")
-
-
-def _check_special(u: UOp) -> Iterator[str]:
-  yield from _check_loop_bound(u)
-  if not (isinstance(u.arg, str) and SPECIAL_NAME.fullmatch(u.arg)):
-    yield f"SPECIAL name must be gidx<n>, lidx<n> or idx<n>, got {u.arg!r}"
-
-
-def _check_end(u: UOp) -> Iterator[str]:
-  body, rng = u.src
-  if rng.op is not Ops.RANGE: yield f"END must close a RANGE, got {rng.op.name}"
-  if body.dtype is not dtypes.void: yield f"END body must be {EFFECTS}, got {body.op.name}"
-
-
-def _sources_are_effects(u: UOp) -> Iterator[str]:
-  for i, s in enumerate(u.src):
-    if s.dtype is not dtypes.void: yield f"{u.op.name} source {i} is {s.op.name}, not {EFFECTS}"
-
-
-def _check_if(u: UOp) -> Iterator[str]:
-  yield from _check_gate(u, u.src[0])
-  if len(u.src) == 2 and u.src[1].op is not Ops.BARRIER: yield f"IF dependency must be a BARRIER, got {u.src[1].op.name}"
-
-
-def _check_endif(u: UOp) -> Iterator[str]:
-  if u.src[0].op is not Ops.IF: yield f"ENDIF must close an IF, got {u.src[0].op.name}"
-
-
-def _is_void(u: UOp) -> Iterator[str]:
-  if u.dtype is not dtypes.void: yield f"{u.op.name} has no value: its dtype is void, got {u.dtype}"
 
 
 # ---- elementwise --------------------------------------------------------------------------------------
