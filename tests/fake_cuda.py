@@ -9,7 +9,8 @@ float32, float64), so an entry that runs only copies and NCCL computes its resul
 cuLaunchKernel only records. Everything is recorded in one log, in call order:
   ["launch", kernel, stream, context depth], ["copy", "peer", dst, dst_ctx, src, src_ctx, bytes, stream],
   ["copy", "dtod", dst, src, bytes, stream], ["wait", stream, stream the event was recorded on],
-  ["peer", ctx], ["alloc", stream, current ctx, bytes, pointer], ["free", stream, current ctx],
+  ["peer", ctx], ["alloc", stream, current ctx, bytes, pointer(, pool)], ["free", stream, current ctx],
+  ["pool", pool, current ctx, allocation type, location type, device], ["pool_attr", pool, attribute, value],
   ["nccl_init", device...], ["group_start"], ["allreduce", device, count, dtype, op, stream, send, recv],
   ["group_end"], ["nccl_destroy", device].
 A stream s lives in context 100 + s, on device s % 10 (so streams 1 and 11: one GPU, two contexts);
@@ -51,6 +52,15 @@ CUresult cuLaunchKernel(P f, unsigned gx, unsigned gy, unsigned gz, unsigned bx,
 CUresult cuMemAllocAsync(unsigned long long* p, size_t n, P s) {
   *p = (unsigned long long)malloc(n); LOG("[\"alloc\", %ld, %ld, %zu, %llu]", (long)s, stub_current(), n, *p); return 0; }
 CUresult cuMemFreeAsync(unsigned long long p, P s) { free((void*)p); LOG("[\"free\", %ld, %ld]", (long)s, stub_current()); return 0; }
+typedef struct { int allocType, handleTypes, locationType, locationId; P win32; unsigned char rest[64]; } PoolProps;
+static long n_pools;
+CUresult cuMemPoolCreate(P* pool, const PoolProps* props) {
+  *pool = (P)(++n_pools);
+  LOG("[\"pool\", %ld, %ld, %d, %d, %d]", n_pools, stub_current(), props->allocType, props->locationType, props->locationId); return 0; }
+CUresult cuMemPoolSetAttribute(P pool, int attr, void* value) {
+  LOG("[\"pool_attr\", %ld, %d, %llu]", (long)pool, attr, *(unsigned long long*)value); return 0; }
+CUresult cuMemAllocFromPoolAsync(unsigned long long* p, size_t n, P pool, P s) {
+  *p = (unsigned long long)malloc(n); LOG("[\"alloc\", %ld, %ld, %zu, %llu, %ld]", (long)s, stub_current(), n, *p, (long)pool); return 0; }
 CUresult cuGetErrorString(CUresult e, const char** m) { (void)e; *m = "stub"; return 0; }
 CUresult cuStreamGetCtx(P s, P* c) { *c = (P)(100 + (long)s); return 0; }
 CUresult cuCtxPushCurrent_v2(P c) { stack[depth++] = c; return 0; }
@@ -120,7 +130,8 @@ if spec.get("init") is not None:
   out["num_devices"] = getattr(lib, p + "_nccl_num_devices")()
 arrays = [np.array(a, dtype=t) for a, t in spec["args"]]
 fn = getattr(lib, p + "_" + spec["entry"])
-status = fn(*[ctypes.c_void_p(a.ctypes.data) for a in arrays], *[ctypes.c_void_p(s) for s in spec["streams"]])
+for _ in range(spec.get("repeat", 1)):
+  status = fn(*[ctypes.c_void_p(a.ctypes.data) for a in arrays], *[ctypes.c_void_p(s) for s in spec["streams"]])
 getattr(lib, p + "_strerror").restype = ctypes.c_char_p
 if spec.get("teardown"): getattr(lib, p + "_nccl_teardown")()
 cuda.stub_log_text.restype = ctypes.c_char_p
@@ -142,15 +153,15 @@ def build_fakes(d: pathlib.Path) -> dict[str, str]:
 
 
 def call(fakes: dict[str, str], lib: pathlib.Path, prefix: str, entry: str, args, streams: list[int], nccl: bool = True,
-         init: list[int] | None = None, env: dict[str, str] | None = None, teardown: bool = False) -> dict:
+         init: list[int] | None = None, env: dict[str, str] | None = None, teardown: bool = False, repeat: int = 1) -> dict:
   """Call `entry` of `lib` in a child process with the fakes loaded (the fake NCCL when `nccl`); `args`:
   (values, numpy dtype name) per buffer argument; `init`: devices for PREFIX_nccl_init first. Returns the
   status, its message, the context depth and current context after, the argument pointers and values after,
-  and the log."""
+  and the log; `repeat`: how many times the entry is called (the status is the last call's)."""
   import os
   spec = {"cuda": fakes["cuda"], "nccl": fakes["nccl"] if nccl else None, "lib": str(lib), "prefix": prefix, "entry": entry,
           "args": [[list(map(float if "float" in t else int, v)), t] for v, t in args], "streams": streams, "init": init,
-          "teardown": teardown}
+          "teardown": teardown, "repeat": repeat}
   done = subprocess.run([sys.executable, "-c", CHILD, json.dumps(spec)], capture_output=True, text=True, env={**os.environ, **(env or {})})
   assert done.returncode == 0, done.stderr
   return json.loads(done.stdout)

@@ -25,6 +25,8 @@ from uopc.pipeline import compile_module  # noqa: E402
 from uopc.run import entry_arguments, prepare_arrays  # noqa: E402
 from uopc.stages.multi_device import lower_entry  # noqa: E402
 
+ROOT = pathlib.Path(__file__).resolve().parents[1]
+
 
 @pytest.fixture(scope="module")
 def built(tmp_path_factory):
@@ -133,3 +135,26 @@ def test_names_that_close_a_comment_stay_inside_it(tmp_path):
     build(path, BuildOptions(target=target, out_dir=tmp_path / target))
     assert (tmp_path / target / "libhostile.so").exists()
   assert "D* /0" in (tmp_path / "cuda" / "hostile.h").read_text()
+
+
+def test_a_single_device_workspace_comes_from_the_librarys_own_pool(tmp_path):
+  """One pool per context, made when the module is loaded (pinned device memory on the context's device,
+  keeping the library's largest workspace when freed), and each call's workspace allocated from it on
+  the call's stream and freed there after the kernels."""
+  path = tmp_path / "two.uop"
+  path.write_text(ROOT.joinpath("samples", "models", "cross_entropy.uop").read_text())
+  build(path, BuildOptions(target="cuda", out_dir=tmp_path / "out"))
+  module = parse_source(path.read_text(), str(path))
+  (entry,) = compile_module(module, "cuda", "two")
+  assert entry.workspace is not None
+  args = [(np.zeros(1), "float32"), (np.zeros(1), "int32"), (np.zeros(1), "float32")]  # kernels only record: any pointer
+  got = call(build_fakes(tmp_path), tmp_path / "out" / "libtwo.so", "two", "cross_entropy", args, [7], nccl=False, repeat=3)
+  assert got["status"] == 0, got["message"]
+  log = got["log"]
+  pools = [x for x in log if x[0] == "pool"]
+  assert len(pools) == 1 and pools[0][3:5] == [1, 1]  # pinned, on a device
+  assert [x for x in log if x[0] == "pool_attr"] == [["pool_attr", pools[0][1], 4, entry.workspace.size]]  # the release threshold
+  allocs, frees = [x for x in log if x[0] == "alloc"], [x for x in log if x[0] == "free"]
+  assert [(a[1], a[3], a[5]) for a in allocs] == [(7, entry.workspace.size, pools[0][1])] * 3 and [f[1] for f in frees] == [7] * 3
+  order = [x[0] for x in log if x[0] in ("alloc", "launch", "free")]
+  assert order == (["alloc"] + ["launch"] * len(entry.kernels) + ["free"]) * 3  # each call: alloc, its kernels, free
