@@ -11,10 +11,11 @@ the PTX assumes); symbolic sizes are computed from the DEFINE_VAR arguments, an 
 nothing. An entry whose kernels pass intermediate buffers allocates one workspace per call on the
 stream and frees it on the stream after its kernels (`cuMemFreeAsync`), so concurrent calls never
 share one; it comes from the library's own memory pool on the context's device (`cuMemPoolCreate`
-when the module is loaded there, `cuMemAllocFromPoolAsync`), which keeps up to the library's largest
-workspace when it is freed (its release threshold), so that a call reuses the memory of the one
-before instead of mapping new memory (about 50 us a call on an H100 with the device's default pool,
-which gives freed memory back at every synchronization); the application's default pool is untouched.
+when the module is loaded there, `cuMemAllocFromPoolAsync`), which keeps freed memory for reuse (no
+release threshold: it holds the most that calls in flight together used), so that a call after a
+synchronization reuses the memory of the one before instead of mapping new memory (the device's
+default pool gives freed memory back at every synchronization: 50-80 us more a call on an H100 for a
+small model); the application's default pool is untouched.
 
 Return codes: the C target's `uopc_status` for argument checks (UOPC_ERR_NO_MEMORY when the workspace
 cannot be had), and UOPC_CUDA_ERR_NO_DRIVER (libcuda.so.1 or a function missing),
@@ -69,8 +70,9 @@ typedef struct {  /* CUmemPoolProps: 88 bytes in every CUDA since 11.2, zero but
 
 def _pool(p: str, workspace: int) -> tuple[str, str]:
   """The per-context workspace pools (declarations, and `pool_of(fns)`, found as `data_of` finds a
-  context's data) and the statements of `load_module(c)` that make context c's: on its device, keeping
-  up to `workspace` bytes (the library's largest workspace) when they are freed."""
+  context's data), made only where some entry has a `workspace`, and the statements of `load_module(c)`
+  that make context c's: on its device, keeping what is freed (release threshold: all of it; a
+  threshold of the workspace's size would still give back the pool's 2 MiB chunks)."""
   if not workspace: return "", ""
   decls = f"""static CUmemoryPool {p}__pools[{p}__MAX_CONTEXTS];
 static CUmemoryPool {p}__pool_of(const void* fns) {{
@@ -79,7 +81,7 @@ static CUmemoryPool {p}__pool_of(const void* fns) {{
 """
   load = f"""  {{  /* the workspace pool, once per context */
     CUmemPoolProps props;
-    unsigned long long keep = {workspace}ULL;  /* CU_MEMPOOL_ATTR_RELEASE_THRESHOLD */
+    unsigned long long keep = ~0ULL;  /* CU_MEMPOOL_ATTR_RELEASE_THRESHOLD: keep every freed byte */
     memset(&props, 0, sizeof props);
     props.allocType = 1;
     props.locationType = 1;
