@@ -33,8 +33,22 @@ def test_a_convolution_unrolls_its_window_and_tiles_its_output_channels_not_its_
 
 
 def test_a_small_kernel_keeps_the_gpu_busy_before_it_tiles():
-  # 64 x 64 outputs: 2 per thread, 8 threads sharing each reduction of 1024
-  assert schedule(gemm(64, 1024, 64)) == ["g64 g2 l16 u2 G8 R32 r4"]
+  # 64 x 64 outputs: 2 per thread, 32 threads sharing each reduction of 1024 as its inner part (a is
+  # read along k: the group's threads read 32 consecutive elements each iteration), not unrolled
+  assert schedule(gemm(64, 1024, 64)) == ["g64 g8 l4 u2 R32 G32"]
+
+
+def test_a_shared_reduction_is_blocked_where_no_input_reads_along_it_or_the_tile_is_large():
+  # a^T @ b: neither input is contiguous along k, so each of 8 threads sums its own run (top, unrolled)
+  f = Func("gemm_tn")
+  a, b = f.param("a", (1024, 64)), f.param("b", (1024, 64))
+  out = f.param("out", (64, 64), out=True)
+  f.store(out, f.matmul(f.permute(a, (1, 0)), b, 64, 1024, 64))
+  [axes] = schedule(f)
+  assert "G" in axes and axes.index("G") < axes.index("R") and axes.endswith("r4")
+  # an 8 x 8 tile (64 accumulators) keeps the blocked split: the coalesced one's partials cost more
+  [axes] = schedule(gemm(64, 768, 3072))
+  assert "u8" in axes and axes.index("G") < axes.index("R")
 
 
 def test_sibling_reductions_share_threads_and_keep_the_tile_within_the_accumulator_budget():
@@ -88,3 +102,14 @@ def test_a_register_tile_stays_in_registers_and_assembles(tmp_path):
   assert ".local" not in ptx and "ld.global.v4.f32" in ptx  # 32 accumulators as registers; b read 16 bytes at a time
   for arch in ("sm_80", "sm_90"): ptxas_accepts(ptx, arch, tmp_path)
   assert PTXAS is not None
+
+
+def test_a_coalesced_shared_reduction_computes_what_c_does(tmp_path):
+  # the heuristics' own schedule (no thresholds changed): 32 threads share each sum as the inner part
+  f = gemm(32, 512, 32)
+  assert schedule(f)[0].endswith("G32")
+  path = tmp_path / "gemm.uop"
+  path.write_text(f.text())
+  want = run_file(path, target="c", seed=3).arrays
+  got = run_file(path, target="cuda", inputs={k: v for k, v in want.items() if k != "c"}, emulated=True).arrays["c"]
+  np.testing.assert_allclose(got, want["c"], rtol=1e-5, atol=1e-4)
