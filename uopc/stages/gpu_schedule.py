@@ -45,6 +45,9 @@ GPU_MIN_WORKGROUPS = 256     # ... fewer where it would leave fewer workgroups t
 GPU_INNER_THREADS = 16       # threads along the contiguous axis at most: 16 x 4 floats = 256 contiguous bytes ...
 GPU_GATHER_LANES = 8         # ... times this where a gather drops the tile (its lanes become threads; cumsum 64 x 1000
                              # on the H100: 0.094 ms with 4, 0.073 ms with 8)
+GPU_GATHER_UNROLL = 16       # such a kernel's reduction unrolled by this (independent gated loads in flight), and
+GPU_GATHER_SHARED = 2        # this many outputs a thread along an axis no gate depends on (their gates computed once):
+                             # cumsum's window sums on the H100 26 -> 22 us
 GPU_SHORT_REDUCE = 4         # reduce axes up to this size are unrolled whole (a convolution's 3 x 3 window)
 GPU_UNROLL = 4               # the longest reduce axis is unrolled by this much
 GPU_UNROLL_MAX = 36          # copies of the body the unrolls make at most
@@ -73,6 +76,7 @@ def tiled_reduction(plan: _Planner) -> bool:
   tiled = [a for a in (inner, other) if a is not None]
   for axis, k in sorted(zip((inner, other), tile), key=lambda t: -1 if t[0] is None else t[0], reverse=True):
     if axis is not None and k > 1: tiled = _split(plan, axis, k, AxisType.UPCAST, tiled)[1]
+  if gathers: tiled = _gate_free_lanes(plan, tiled)
   threads = _threads(plan)
   small_tile = tile[0] * tile[1] * accs <= GPU_COALESCED_ACCS
   coalesced = _coalesced_reduction(plan) if threads < GPU_MIN_THREADS and small_tile else None
@@ -84,7 +88,7 @@ def tiled_reduction(plan: _Planner) -> bool:
     budget = min(budget, max(1, GPU_PARTIAL_BYTES // (4 * accs * tile[0] * tile[1] * groups)))
   while budget > 32 and threads // budget < GPU_MIN_WORKGROUPS: budget //= 2
   _workgroup(plan, tiled, budget, GPU_INNER_THREADS * (GPU_GATHER_LANES if gathers else 1))
-  _unroll(plan, skip_shared=coalesced is not None and groups > 1)
+  _unroll(plan, skip_shared=coalesced is not None and groups > 1, factor=GPU_GATHER_UNROLL if gathers else GPU_UNROLL)
   return True
 
 
@@ -143,10 +147,22 @@ def _gathers(plan: _Planner, inner: int | None, other: int | None) -> bool:
   return other is None and inner is not None and _in_gated_load(plan, inner)
 
 
-def _unroll(plan: _Planner, skip_shared: bool = False) -> None:
+def _gate_free_lanes(plan: _Planner, tracked: list[int]) -> list[int]:
+  """In a gather kernel (`_gathers`), GPU_GATHER_SHARED lanes (UPCAST) on the largest GLOBAL axis that
+  moves no gated load's gate (cumsum's rows: the window's bounds depend on the position in the row
+  only), so that each gate is computed once for them; `tracked` as it is after the split."""
+  axes = kernel_axes(plan.sink)
+  gates = [u.src[2] for u in _memory_ops(plan.sink) if u.op is Ops.LOAD and len(u.src) == 3 and _is_global(root_buffer(u.src[0]))]
+  free = [i for i in plan.axes(AxisType.GLOBAL) if isinstance(plan.size(i), int) and plan.size(i) % GPU_GATHER_SHARED == 0
+          and not any(axes[i] in g.toposort() for g in gates) and i not in tracked]
+  if not free: return tracked
+  return _split(plan, max(free, key=lambda i: (plan.size(i), i)), GPU_GATHER_SHARED, AxisType.UPCAST, tracked)[1]
+
+
+def _unroll(plan: _Planner, skip_shared: bool = False, factor: int = GPU_UNROLL) -> None:
   """Short reduce axes (GPU_SHORT_REDUCE or less, and those that select among stacked values) unrolled
   whole, then the longest other one of each nest of reduce loops (sibling reductions, such as a fused
-  SwiGLU's two products, each get theirs) by GPU_UNROLL (or 2); at most GPU_UNROLL_MAX copies of the
+  SwiGLU's two products, each get theirs) by `factor` (or 2); at most GPU_UNROLL_MAX copies of the
   body of a nest. Decided first, then applied from the last axis (a split renumbers only later axes).
   `skip_shared`: the longest reduction is shared coalesced (its loads are the group's lanes already)
   and is not unrolled."""
@@ -161,8 +177,8 @@ def _unroll(plan: _Planner, skip_shared: bool = False) -> None:
   splits = dict(whole)
   for i in sorted((i for i in reduces if i not in whole), key=lambda i: -plan.size(i)):
     copies = math.prod(whole.get(j, 1) for j in nest(i))
-    if not any(j in splits for j in nest(i) if j not in whole) and copies * GPU_UNROLL <= GPU_UNROLL_MAX:
-      splits[i] = next((k for k in (GPU_UNROLL, 2) if plan.size(i) % k == 0 and plan.size(i) > k), 0)
+    if not any(j in splits for j in nest(i) if j not in whole) and copies * factor <= GPU_UNROLL_MAX:
+      splits[i] = next((k for k in (factor, GPU_UNROLL, 2) if plan.size(i) % k == 0 and plan.size(i) > k), 0)
   for i in sorted(splits, reverse=True):
     if splits[i]: plan.split_by_first(i, (splits[i],), AxisType.UNROLL)
 
