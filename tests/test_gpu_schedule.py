@@ -34,8 +34,8 @@ def test_a_convolution_unrolls_its_window_and_tiles_its_output_channels_not_its_
 
 def test_a_small_kernel_keeps_the_gpu_busy_before_it_tiles():
   # 64 x 64 outputs: 2 per thread, 32 threads sharing each reduction of 1024 as its inner part (a is
-  # read along k: the group's threads read 32 consecutive elements each iteration), not unrolled
-  assert schedule(gemm(64, 1024, 64)) == ["g64 g8 l4 u2 R32 G32"]
+  # read along k: the group's threads read 32 consecutive elements each iteration), unrolled by 4
+  assert schedule(gemm(64, 1024, 64)) == ["g64 g8 l4 u2 R8 r4 G32"]
 
 
 def test_a_shared_reduction_is_blocked_where_no_input_reads_along_it_or_the_tile_is_large():

@@ -55,7 +55,7 @@ GPU_GROUP_MIN = 64           # reduce iterations per thread from which sharing a
 GPU_GROUPS = (2, 4, 8, 16)   # GROUP_REDUCE threads per output: the fewest that reach GPU_MIN_THREADS
 GPU_RUN = 4                  # ... each keeping one 16-byte run or more where there is no tile and the reduction reads contiguously
 GPU_COALESCED_GROUPS = (32, 16, 8, 4, 2)  # GROUP_REDUCE threads on a reduction every input reads contiguously: the most ...
-GPU_COALESCED_MIN = 8        # ... that leave each thread this many iterations, in kernels whose threads keep at most
+GPU_COALESCED_MIN = 16       # ... that leave each thread this many iterations (then unrolled), in kernels whose threads keep at most
 GPU_COALESCED_ACCS = 32      # this many accumulators (8 x 8 tiles of 64 were 1.2-1.6x slower so on the H100: their partials)
 
 
@@ -88,7 +88,7 @@ def tiled_reduction(plan: _Planner) -> bool:
     budget = min(budget, max(1, GPU_PARTIAL_BYTES // (4 * accs * tile[0] * tile[1] * groups)))
   while budget > 32 and threads // budget < GPU_MIN_WORKGROUPS: budget //= 2
   _workgroup(plan, tiled, budget, GPU_INNER_THREADS * (GPU_GATHER_LANES if gathers else 1))
-  _unroll(plan, skip_shared=coalesced is not None and groups > 1, factor=GPU_GATHER_UNROLL if gathers else GPU_UNROLL)
+  _unroll(plan, factor=GPU_GATHER_UNROLL if gathers else GPU_UNROLL)
   return True
 
 
@@ -159,16 +159,13 @@ def _gate_free_lanes(plan: _Planner, tracked: list[int]) -> list[int]:
   return _split(plan, max(free, key=lambda i: (plan.size(i), i)), GPU_GATHER_SHARED, AxisType.UPCAST, tracked)[1]
 
 
-def _unroll(plan: _Planner, skip_shared: bool = False, factor: int = GPU_UNROLL) -> None:
+def _unroll(plan: _Planner, factor: int = GPU_UNROLL) -> None:
   """Short reduce axes (GPU_SHORT_REDUCE or less, and those that select among stacked values) unrolled
   whole, then the longest other one of each nest of reduce loops (sibling reductions, such as a fused
   SwiGLU's two products, each get theirs) by `factor` (or 2); at most GPU_UNROLL_MAX copies of the
-  body of a nest. Decided first, then applied from the last axis (a split renumbers only later axes).
-  `skip_shared`: the longest reduction is shared coalesced (its loads are the group's lanes already)
-  and is not unrolled."""
+  body of a nest. Decided first, then applied from the last axis (a split renumbers only later axes)."""
   axes, near = kernel_axes(plan.sink), nested_with(plan.sink)
   reduces = [i for i in plan.axes(AxisType.REDUCE) if isinstance(plan.size(i), int)]
-  if skip_shared and reduces: reduces.remove(max(reduces, key=lambda i: (plan.size(i), i)))
   def nest(i: int) -> list[int]: return [j for j in reduces if axes[j] in near.get(axes[i], frozenset())]
   whole: dict[int, int] = {}
   for i in reversed(reduces):
@@ -237,8 +234,9 @@ def _share_coalesced(plan: _Planner, axis: int, tracked: list[int]) -> tuple[int
   """GROUP_REDUCE threads on reduce `axis` as the split's inner part, so that the group's threads read
   consecutive elements of every input in each iteration (coalesced, where a blocked split has each
   thread read its own run): the most of GPU_COALESCED_GROUPS that leave each thread GPU_COALESCED_MIN
-  iterations. On the H100 the tuner found these for the second products of GPT-2's MLP (2.0x) and a
-  LLaMA SwiGLU (2.7x) over the blocked split; the whole MLP 1.55x, the GPT-2 block 1.49x faster."""
+  iterations (the rest unrolled by `_unroll`). On the H100 the tuner found these for the second products
+  of GPT-2's MLP (2.0x) and a LLaMA SwiGLU (2.7x) over the blocked split; measured with the unroll: the
+  whole MLP 1.55x, the GPT-2 block 1.49x, the SwiGLU 1.47x, the float16 matmul 256 1.6x faster."""
   size = plan.size(axis)
   g = next((g for g in GPU_COALESCED_GROUPS if size % g == 0 and size // g >= GPU_COALESCED_MIN), 1)
   if g == 1: return 1, tracked
