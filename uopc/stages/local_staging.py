@@ -231,3 +231,52 @@ def stage_opt(sink: UOp, opt: Opt, caps: TargetCaps, trace: Trace | None) -> UOp
     raise OptError(str(e)) from None
   note(trace, sink, out)
   return out
+
+
+# ---- the heuristic ------------------------------------------------------------------------------------------
+
+STAGED_THREADS = (8, 16)   # a staged gemm's workgroup: threads along m and along n (n innermost: lidx0) ...
+STAGED_RUN = 4             # ... each computing 2 x 2 runs of 4 outputs (one 16-byte vector), the two runs of an
+STAGED_RUNS = 2            # axis STAGED_RUN x threads apart: a quarter warp's 16-byte LOCAL reads are contiguous
+STAGED_K = 8               # reduction elements an iteration stages (the tiles' depth: 2 + 4 KiB a stage)
+STAGED_MIN_WORKGROUPS = 256  # the staged schedule only where it leaves this many workgroups (2048 x 2048: 512)
+
+
+def _gemm_axes(plan: _Planner) -> tuple[int, int, int] | None:
+  """(m, n, k) axis indices of a float32 gemm-like kernel (GLOBAL axes, one REDUCE axis k, two ungated
+  float32 global loads inside k: a missing the contiguous output axis n, b missing m), else None."""
+  axes = kernel_axes(plan.sink)
+  if not all(is_axis(r) and axis_type(r) in (AxisType.GLOBAL, AxisType.REDUCE) and isinstance(axis_size(r), int) for r in axes): return None
+  reduces = plan.axes(AxisType.REDUCE)
+  n = _contiguous_output(plan)
+  if len(reduces) != 1 or n is None: return None
+  k = axes[reduces[0]]
+  loads = [u for u in plan.sink.toposort() if u.op is Ops.LOAD and u.src[0].op is Ops.INDEX and isinstance(u.src[0].src[0].dtype, PtrDType)
+           and u.src[0].src[0].dtype.addrspace is AddrSpace.GLOBAL]
+  if len(loads) != 2 or any(len(u.src) != 1 or u.dtype is not dtypes.float32 or k not in u.src[0].src[1].toposort() for u in loads): return None
+  def reads(u: UOp, i: int) -> bool: return axes[i] in u.src[0].src[1].toposort()
+  a = [u for u in loads if not reads(u, n)]
+  if len(a) != 1: return None
+  b = next(u for u in loads if u is not a[0])
+  m = [i for i in plan.axes(AxisType.GLOBAL) if i != n and reads(a[0], i) and not reads(b, i)]
+  return (m[0], n, reduces[0]) if len(m) == 1 else None
+
+
+def staged_gemm(plan: _Planner) -> bool:
+  """A large float32 gemm on -t cuda (`_gemm_axes`; M, N, K multiples of the workgroup's 64 x 128 x
+  STAGED_K tile, STAGED_MIN_WORKGROUPS workgroups or more): the schedule of the module docstring, its
+  tiles of a and b staged; False (nothing applied) where it does not fit or cannot be staged."""
+  if plan.caps.name != "cuda" or plan.opts or (shape := _gemm_axes(plan)) is None: return False
+  m, n, k = shape
+  tile = {m: STAGED_THREADS[0] * STAGED_RUN * STAGED_RUNS, n: STAGED_THREADS[1] * STAGED_RUN * STAGED_RUNS}
+  if any(plan.size(i) % t for i, t in tile.items()) or plan.size(k) % STAGED_K or plan.size(k) < 2 * STAGED_K: return False
+  if math.prod(plan.size(i) for i in plan.axes(AxisType.GLOBAL)) // (tile[m] * tile[n]) < STAGED_MIN_WORKGROUPS: return False
+  splits = {k: [(STAGED_K, AxisType.UNROLL)]}
+  for i, threads in ((m, STAGED_THREADS[0]), (n, STAGED_THREADS[1])):  # axis -> (outer, runs, threads, run)
+    splits[i] = [(STAGED_RUN, AxisType.UPCAST), (threads, AxisType.LOCAL), (STAGED_RUNS, AxisType.UPCAST)]
+  trial = _Planner(plan.sink, plan.caps)
+  for i in sorted(splits, reverse=True):  # a split renumbers only later axes
+    if not all(trial.apply(Opt(OptOp.SPLIT, i, (f, t, False))) for f, t in splits[i]): return False
+  if not trial.apply(Opt(OptOp.STAGE, None, STAGE_AUTO)): return False
+  plan.sink, plan.opts = trial.sink, trial.opts
+  return True

@@ -619,7 +619,8 @@ GROUP_UNROLL = 4                  # consecutive elements a thread reads at once 
 
 
 def _gpu_heuristics(plan: _Planner) -> None:
-  """A gemm of half-precision inputs goes on the tensor cores (`uopc.stages.tc_opt`). A long row
+  """A gemm of half-precision inputs goes on the tensor cores (`uopc.stages.tc_opt`), a large float32
+  gemm on -t cuda gets a register tile whose inputs are staged in LOCAL memory (`uopc.stages.local_staging`). A long row
   reduction that no output axis reads contiguously (a row sum, softmax, layernorm) gets a workgroup
   per row whose threads share the row's reductions and its sibling output loops, a number of threads
   chosen from the row's length (`uopc.stages.gpu_rows`). Another reduction over output axes (a float32
@@ -627,7 +628,8 @@ def _gpu_heuristics(plan: _Planner) -> None:
   output axes (`uopc.stages.gpu_schedule`). Otherwise (elementwise) a workgroup along the contiguous
   output axis (LOCAL) and 4-wide vectors per thread (UPCAST)."""
   from uopc.stages.tc_opt import tensor_core_heuristics  # they build on this module's helpers
-  if tensor_core_heuristics(plan): return
+  from uopc.stages.local_staging import staged_gemm
+  if tensor_core_heuristics(plan) or staged_gemm(plan): return
   from uopc.stages.gpu_rows import row_reduction  # these build on this module's helpers
   from uopc.stages.gpu_schedule import tiled_reduction
   if row_reduction(plan) or tiled_reduction(plan): return
