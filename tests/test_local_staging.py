@@ -11,6 +11,7 @@ import numpy as np
 import pytest
 
 import uopc.stages.gpu_schedule as gs
+from test_cuda_gpu import gpu  # noqa: F401 (a fixture)
 from test_cuda_ptx import needs_ptxas, ptxas_accepts
 from test_group_reduce import emulated
 from test_optimize import GPU, kernels_of, program
@@ -270,3 +271,24 @@ def test_ptxas_accepts_staged_gemms(tmp_path, arch):
                  "cp.async.wait_group 0", "ld.shared.v4.f32", "bar.sync"):
     assert needed in ptx, needed
   ptxas_accepts(ptx, arch, tmp_path)
+
+
+# ---- on an NVIDIA GPU (skips without one) ----------------------------------------------------------------------
+
+
+@pytest.mark.gpu
+def test_staged_gemms_on_a_cuda_gpu(gpu, tmp_path):  # noqa: F811 (gpu is test_cuda_gpu's fixture)
+  """The heuristics' staged 2048 gemm, and pinned 2-stage ones with both inputs transposed, against numpy."""
+  import ctypes
+  from gpu_samples import call
+  from uopc.frontend import load_module
+  from uopc.pipeline import compile_module
+  (tmp_path / "g.uop").write_text(program([gemm(2048, 2048, 2048), gemm_t(192, 72, 384, True, True)]))
+  schedule = parse_schedule([f"g__gemmt_k0:{STAGED},STAGE(2)"])
+  paths = build(tmp_path / "g.uop", BuildOptions(target="cuda", out_dir=tmp_path / "out", schedule=schedule))
+  lib = ctypes.CDLL(str(next(p for p in paths if p.suffix == ".so")))
+  entries = {e.name: e for e in compile_module(load_module(str(tmp_path / "g.uop")), "cuda", "g")}
+  for name, (m, k, n), t in (("gemm", (2048, 2048, 2048), False), ("gemmt", (192, 72, 384), True)):
+    x = _inputs(m, k, n, t, t)
+    got = call(gpu, lib, "g", entries[name], [x["a"], x["b"], np.zeros((m, n), np.float32)])[2]
+    _check_gemm(got, x["a"].T if t else x["a"], x["b"].T if t else x["b"])
