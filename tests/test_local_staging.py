@@ -113,20 +113,20 @@ def test_the_staged_reads_are_16_byte_vectors_after_expand():
   assert KernelSchedule  # imported for the expand signature
 
 
-@pytest.mark.parametrize("m, k, n, opts, tiles", [
-  (128, 64, 256, STAGED + ",STAGE", 2),
-  (64, 48, 128, STAGED + ",STAGE(2)", 2),             # 6 iterations, 2 stages
-  (128, 16, 256, STAGED + ",STAGE(3)", 2),            # 2 iterations: the third stage's copies read nothing
-  (64, 64, 128, PLAIN8 + ",STAGE", 2),                # 8 consecutive outputs a thread along each axis
-  (96, 40, 160, "SPLIT(2,8,r),SPLIT(1,4,u),SPLIT(1,8,l),SPLIT(0,4,u),SPLIT(0,8,l),STAGE", 2),  # not powers of two
-  # K depth 4: b's 4 x 32 tile is 32 16-byte copies, fewer than the 64 threads: only a is staged
-  (96, 40, 160, "SPLIT(2,4,r),SPLIT(1,4,u),SPLIT(1,8,l),SPLIT(0,4,u),SPLIT(0,8,l),STAGE", 1),
-  # 3 rows a thread (scalar reads of a); b's 8 x 16 tile is 32 copies for 128 threads: only a is staged
-  (48, 24, 80, "SPLIT(2,8,r),SPLIT(1,2,u),SPLIT(1,8,l),SPLIT(0,3,u),SPLIT(0,16,l),STAGE", 1),
-], ids=["staged", "2-stages", "3-stages-2-iterations", "plain-tile", "odd-sizes", "one-input", "odd-lanes"])
-def test_staged_gemms_equal_unstaged_and_numpy(tmp_path, monkeypatch, m, k, n, opts, tiles):
+@pytest.mark.parametrize("m, k, n, opts, stages, sizes", [
+  (128, 64, 256, STAGED + ",STAGE", 3, [8 * 68, 8 * 128]),   # a: 8 lines of 64 + 4 (transposed), b: 8 rows of 128
+  (64, 48, 128, STAGED + ",STAGE(2)", 2, [8 * 68, 8 * 128]),  # 6 iterations, 2 stages
+  (128, 16, 256, STAGED + ",STAGE(3)", 3, [8 * 68, 8 * 128]),  # 2 iterations: the third stage's copies read nothing
+  (64, 64, 128, PLAIN8 + ",STAGE", 3, [8 * 68, 8 * 128]),     # 8 consecutive outputs a thread along each axis
+  (96, 40, 160, "SPLIT(2,8,r),SPLIT(1,4,u),SPLIT(1,8,l),SPLIT(0,4,u),SPLIT(0,8,l),STAGE", 3, [8 * 36, 8 * 32]),  # not powers of two
+  # K depth 4: b's 4 x 32 tile is 32 16-byte copies for 64 threads: the other 32 copy its last chunk into 32 x 4 of slack
+  (96, 40, 160, "SPLIT(2,4,r),SPLIT(1,4,u),SPLIT(1,8,l),SPLIT(0,4,u),SPLIT(0,8,l),STAGE", 3, [4 * 36, 4 * 32 + 32 * 4]),
+  # 3 rows a thread (scalar reads of a: 48 + 4 a line); b's 8 x 16 tile is 32 copies for 128 threads: 96 x 4 of slack
+  (48, 24, 80, "SPLIT(2,8,r),SPLIT(1,2,u),SPLIT(1,8,l),SPLIT(0,3,u),SPLIT(0,16,l),STAGE", 3, [8 * 52, 8 * 16 + 96 * 4]),
+], ids=["staged", "2-stages", "3-stages-2-iterations", "plain-tile", "odd-sizes", "spare-copies", "odd-lanes"])
+def test_staged_gemms_equal_unstaged_and_numpy(tmp_path, monkeypatch, m, k, n, opts, stages, sizes):
   x = _inputs(m, k, n)
-  assert len(_locals(_staged(gemm(m, k, n), opts))) == tiles
+  assert sorted(t.dtype.size for t in _locals(_staged(gemm(m, k, n), opts))) == sorted(stages * z for z in sizes)
   _check_gemm(_same_as_unstaged(tmp_path, monkeypatch, gemm(m, k, n), x, opts), x["a"], x["b"])
 
 
@@ -142,16 +142,16 @@ def test_each_layout_of_the_inputs(tmp_path, monkeypatch, a_t, b_t):
   _check_gemm(got, x["a"].T if a_t else x["a"], x["b"].T if b_t else x["b"])
 
 
-def test_a_convolution_stages_its_weights(tmp_path, monkeypatch):
+def test_a_convolution_stages_its_weights_and_image(tmp_path, monkeypatch):
   """conv 3x3 without padding, the heuristics' schedule: the weights (read by every output position) are
   a dense tile of 32 output channels x (4 input channels x 9 window elements), stored transposed (a
-  thread's 8 channels are its fastest lane); the image's 4 x 60 tile is 60 16-byte copies, not a
-  multiple of the 32 threads, so it stays in global memory."""
+  thread's 8 channels are its fastest lane), 1152 element copies for 32 threads; the image's tile is 4
+  channels x 6 rows x 10 columns (the 4 x 8 outputs' windows), 60 16-byte copies, the last round's spare
+  threads copying into slack."""
   f = conv2d(8, 10, 10, 32, 3, 3, 0)
   opts = "SPLIT(2,4,u),SPLIT(0,8,u),SPLIT(3,2,l),SPLIT(0,4,l),SPLIT(2,4,l),SPLIT(7,4,r),SPLIT(6,9,r),STAGE"  # the heuristics' + STAGE
   sink = _staged(f, opts)
-  [tile] = _locals(sink)
-  assert all(c.src[1].src[0].src[0].arg[1] == "w" for c in sink.toposort() if c.op is Ops.STORE and isinstance(c.arg, tuple))
+  assert sorted(t.dtype.size for t in _locals(sink)) == [3 * (4 * 60 + 4 * 4), 3 * 36 * 36]
   rng = np.random.default_rng(3)
   x = {"x": rng.standard_normal((8, 10, 10)).astype(np.float32), "w": rng.standard_normal((32, 8, 3, 3)).astype(np.float32),
        "bias": rng.standard_normal(32).astype(np.float32)}
@@ -160,7 +160,6 @@ def test_a_convolution_stages_its_weights(tmp_path, monkeypatch):
   for i in range(3):
     for j in range(3): want += np.einsum("oc,chw->ohw", x["w"][:, :, i, j].astype(np.float64), x["x"][:, i:i + 8, j:j + 8].astype(np.float64))
   np.testing.assert_allclose(got.reshape(32, 8, 8), want + x["bias"][:, None, None], rtol=1e-4, atol=1e-4)
-  assert tile.dtype.size > 0
 
 
 def test_emulator_reports_reads_of_copies_not_waited_for(tmp_path, monkeypatch):
@@ -180,11 +179,11 @@ def test_emulator_reports_reads_of_copies_not_waited_for(tmp_path, monkeypatch):
 
 @pytest.mark.parametrize("f, opts, why", [
   (gemm(64, 32, 128), "SPLIT(2,8,r),SPLIT(1,8,u),SPLIT(0,8,u)", "needs LOCAL axes"),
-  (gemm(64, 32, 128), "SPLIT(1,4,u),SPLIT(1,16,l),SPLIT(0,4,u),SPLIT(0,8,l)", r"is \d+ copies, not a multiple of the workgroup's 128 threads"),
+  (gemm(256, 64, 256), "SPLIT(2,32,r),SPLIT(1,8,u),SPLIT(1,16,l),SPLIT(0,8,u),SPLIT(0,16,l)", "2 stages of its tiles .33280 bytes a stage. do not fit 49152 bytes"),
   (gemm(64, 32, 128), "PADTO(2,40),SPLIT(2,8,r),SPLIT(1,4,u),SPLIT(1,16,l),SPLIT(0,4,u),SPLIT(0,8,l)", "no global input is read"),
   (gemm(64, 32, 128), "SPLIT(2,8,G),SPLIT(1,16,l)", "GROUP_REDUCE"),
   (row_sum(64, 256), "SPLIT(1,8,r),SPLIT(0,16,l)", "no global input is read"),  # each row read by one thread
-], ids=["no-locals", "too-few-copies", "gated", "group-reduce", "no-reuse"])
+], ids=["no-locals", "too-big", "gated", "group-reduce", "no-reuse"])
 def test_unstageable_kernels_are_unchanged_and_a_pinned_stage_says_why(f, opts, why):
   typed = _typed(f)
   sink = apply_opts(typed, parse_opts(opts), GPU, "k")
@@ -262,9 +261,11 @@ def test_non_multiple_sizes_run_correctly_with_the_heuristics(tmp_path, monkeypa
 @needs_ptxas
 @pytest.mark.parametrize("arch", ["sm_80", "sm_90"])
 def test_ptxas_accepts_staged_gemms(tmp_path, arch):
-  """The heuristics' 2048 gemm (staged) and a pinned 2-stage one with both inputs transposed."""
-  (tmp_path / "g.uop").write_text(program([gemm(2048, 2048, 2048), gemm_t(256, 64, 256, True, True)]))
-  schedule = parse_schedule([f"g__gemmt_k0:{STAGED},STAGE(2)"])
+  """The heuristics' 2048 gemm (staged), a pinned 2-stage one with both inputs transposed, and a
+  convolution whose image tile has spare copies."""
+  (tmp_path / "g.uop").write_text(program([gemm(2048, 2048, 2048), gemm_t(256, 64, 256, True, True), conv2d(8, 10, 10, 32, 3, 3, 0)]))
+  conv = "SPLIT(2,4,u),SPLIT(0,8,u),SPLIT(3,2,l),SPLIT(0,4,l),SPLIT(2,4,l),SPLIT(7,4,r),SPLIT(6,9,r),STAGE"
+  schedule = parse_schedule([f"g__gemmt_k0:{STAGED},STAGE(2)", f"g__conv2d_k0:{conv}"])
   build(tmp_path / "g.uop", BuildOptions(target="cuda", out_dir=tmp_path / "out", emit=("ptx",), schedule=schedule))
   ptx = (tmp_path / "out" / "g.ptx").read_text()
   for needed in ("cp.async.ca.shared.global", "cp.async.cg.shared.global", "cp.async.commit_group", "cp.async.wait_group 1",

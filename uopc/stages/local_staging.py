@@ -78,9 +78,12 @@ class _Tile:
   splits: list[tuple[Form, Form]]   # each LOAD's (row, column) in the tile
   transposed: bool                  # stored by columns
   pitch: int                        # LOCAL elements from one stored line to the next
+  slack: int = 0                    # LOCAL elements after the tile that the last round's spare copies fill
 
   @property
-  def size(self) -> int: return (self.cols if self.transposed else self.rows) * self.pitch  # one stage
+  def lines(self) -> int: return (self.cols if self.transposed else self.rows) * self.pitch
+  @property
+  def size(self) -> int: return self.lines + self.slack  # one stage
   @property
   def copies(self) -> int: return self.rows * self.cols // self.v
 
@@ -136,11 +139,8 @@ def _tiles(sink: UOp, k: UOp, locals_: list[UOp], threads: int) -> list[_Tile]:
   loads = {b: [u for u in sink.toposort() if u.op is Ops.LOAD and u.src[0].op is Ops.INDEX and u.src[0].src[0] is b] for b in bufs}
   tiles = [t for b in bufs if (t := _tile(b, loads[b])) is not None]
   if not tiles: raise Unstageable("the elements a workgroup reads of its inputs in one iteration do not fill a dense 2-D tile")
-  fit = [t for t in tiles if t.copies % threads == 0]
-  if not fit:
-    t = tiles[0]
-    raise Unstageable(f"the {t.rows} x {t.cols} tile of '{t.buf.arg[1]}' is {t.copies} copies, not a multiple of the workgroup's {threads} threads")
-  return fit
+  for t in tiles: t.slack = (-t.copies) % threads * t.v  # a last round of fewer copies than threads: the rest copy into slack
+  return tiles
 
 
 def _workgroup(sink: UOp) -> tuple[UOp, list[UOp], UOp, int]:
@@ -166,16 +166,16 @@ def _stage(sink: UOp, stages: int | None) -> UOp:
   trips = axis_size(k)
   tile_bytes = sum(t.size * t.buf.dtype.base.itemsize for t in tiles)
   counts = STAGES if stages is None else (stages,)
-  n = next((n for n in counts if n * tile_bytes <= MAX_LOCAL_BYTES and n - 1 <= trips), 0)
-  if not n:
-    raise Unstageable(f"{' or '.join(map(str, counts))} stages of its tiles ({tile_bytes} bytes a stage) do not fit {MAX_LOCAL_BYTES} bytes "
-                      f"of LOCAL memory, or the reduction has fewer than {min(counts) - 1} iterations")
+  fits = [n for n in counts if n * tile_bytes <= MAX_LOCAL_BYTES]
+  if not fits: raise Unstageable(f"{min(counts)} stages of its tiles ({tile_bytes} bytes a stage) do not fit {MAX_LOCAL_BYTES} bytes of LOCAL memory")
+  n = next((n for n in fits if n - 1 <= trips), 0)
+  if not n: raise Unstageable(f"{fits[-1]} stages need {fits[-1] - 1} iterations of the reduction or more; it has {trips}")
   slot = 1 + max((u.arg[0] for u in sink.toposort() if u.op is Ops.BUFFER and isinstance(u.arg, tuple)), default=-1)
   locals_of = {id(t): UOp(Ops.BUFFER, t.buf.dtype.base.ptr(AddrSpace.LOCAL, n * t.size), (), (slot + i, f"tile{slot + i}")) for i, t in enumerate(tiles)}
 
   def copies(at_k: UOp, stage: UOp, into, gate: UOp | None = None) -> list[UOp]:
     """One commit group: every copy this thread makes of iteration at_k's tiles into `stage` (of `into(local)`)."""
-    out = [(t, it) for t in tiles for it in range(t.copies // count)]
+    out = [(t, it) for t in tiles for it in range(-(-t.copies // count))]
     return [_copy(t, k, tid, count, it, at_k, stage, into(locals_of[id(t)]), gate, i == len(out) - 1) for i, (t, it) in enumerate(out)]
   prologue = [x for st in range(n - 1) for x in copies(_idx(st), _idx(st), lambda local: local)]
   wait = UOp(Ops.BARRIER, dtypes.void, (UOp(Ops.GROUP, dtypes.void, tuple(prologue)), k), (ASYNC, n - 2))
@@ -199,11 +199,16 @@ def _copy(t: _Tile, k: UOp, tid: UOp, count: int, it: int, at_k: UOp, stage: UOp
   is false, reading nothing), ending a commit group if `commit`. Consecutive threads copy consecutive
   elements of a tile row."""
   flat = tid.alu(Ops.ADD, _idx(it * count))
+  spare = (it + 1) * count > t.copies  # the last round, where threads past the tile's copies copy its last chunk into slack
+  valid = flat.alu(Ops.CMPLT, _idx(t.copies)) if spare else None
+  chunk = UOp(Ops.WHERE, dtypes.index, (valid, flat, _idx(t.copies - 1))) if spare else flat
   per_row = t.cols // t.v
-  r, c = flat.alu(Ops.IDIV, _idx(per_row)), flat.alu(Ops.MOD, _idx(per_row)).alu(Ops.MUL, _idx(t.v))
+  r, c = chunk.alu(Ops.IDIV, _idx(per_row)), chunk.alu(Ops.MOD, _idx(per_row)).alu(Ops.MUL, _idx(t.v))
   # the iteration's part apart from the thread's (loop-invariant, computed once): one add per copy
   src = _split_on(substitute(t.origin, {k: at_k}).alu(Ops.ADD, r.alu(Ops.MUL, _idx(t.stride))).alu(Ops.ADD, c), k)
-  dst = simplify(t.at(r, c)).alu(Ops.ADD, simplify(stage.alu(Ops.MUL, _idx(t.size))))
+  at = simplify(t.at(r, c))
+  if spare: at = UOp(Ops.WHERE, dtypes.index, (valid, at, simplify(flat.alu(Ops.MUL, _idx(t.v)).alu(Ops.ADD, _idx(t.lines - t.copies * t.v)))))
+  dst = at.alu(Ops.ADD, simplify(stage.alu(Ops.MUL, _idx(t.size))))
   dt = t.buf.dtype.base
   vdt = dt.vec(t.v) if t.v > 1 else dt
   zero = UOp(Ops.STACK, vdt, (UOp.const(dt, 0),) * t.v) if t.v > 1 else UOp.const(dt, 0)
