@@ -20,7 +20,9 @@ from there; the analysis is uopc.stages.tc_staging's (the tensor cores' staging)
   columns (pitch R + 16 bytes), when it moves down a column, as a gemm's a does: a thread's 8 values
   of a are then two 16-byte LOCAL reads. Tiles by rows are copied in 16-byte chunks (8 or 4 bytes where
   16 are not aligned), transposed ones element by element (cp.async moves 4, 8 or 16 bytes); either
-  way consecutive threads copy consecutive global elements (coalesced). There is no swizzle, so that the
+  way consecutive threads copy consecutive global elements (coalesced), each thread the same number of
+  copies: where the tile's copies are not a multiple of the threads, the last round's spare threads copy
+  its last chunk again, into slack after the tile that nothing reads. There is no swizzle, so that the
   LOCAL address stays affine in the lanes and Expand's vector loads apply; tiles whose rows (by-row
   storage) depend on a LOCAL axis are padded by 16 bytes a row against bank conflicts;
 - the pipeline, as in tc_staging: 3 stages (tiles in flight) or 2, the most that fit MAX_LOCAL_BYTES
@@ -30,8 +32,8 @@ from there; the analysis is uopc.stages.tc_staging's (the tensor cores' staging)
   One barrier per iteration.
 
 `staged_gemm` is the heuristic that picks this for a large float32 gemm on -t cuda, with a schedule
-made for it (each thread's 8 x 8 outputs as 2 x 2 runs of 4, 64 apart, so that a quarter warp's
-16-byte LOCAL reads are 128 contiguous bytes: no bank conflict).
+made for it (each thread's 8 x 8 outputs as 2 x 2 runs of 4, the two runs of an axis 4 x its threads
+apart, so that a quarter warp's 16-byte LOCAL reads of b are 128 contiguous bytes: no bank conflict).
 
 Invariants: the staged kernel reads exactly the values the unstaged one read and computes in the same
 order (bit for bit the same results); every copy is in bounds (the box is dense and inside what the
