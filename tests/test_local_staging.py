@@ -142,6 +142,21 @@ def test_each_layout_of_the_inputs(tmp_path, monkeypatch, a_t, b_t):
   _check_gemm(got, x["a"].T if a_t else x["a"], x["b"].T if b_t else x["b"])
 
 
+@pytest.mark.parametrize("dtype, np_dtype", [("f64", np.float64), ("f16", np.float16), ("i32", np.int32)])
+def test_other_dtypes_stage_too(tmp_path, monkeypatch, dtype, np_dtype):
+  """float64 (8-byte element copies of a), float16 (a by rows: cp.async moves no 2-byte element; b's
+  64 chunks of 8 halves for 128 threads, the rest into slack), int32: the same bits as unstaged."""
+  m, k, n = 64, 32, 128
+  f = Func(f"g{dtype}")
+  a, b, c = f.param("a", (m, k), dtype), f.param("b", (k, n), dtype), f.param("c", (m, n), dtype, out=True)
+  f.store(c, f.matmul(a, b, m, k, n))
+  rng = np.random.default_rng(5)
+  x = {"a": (rng.standard_normal((m, k)) * 4).astype(np_dtype), "b": (rng.standard_normal((k, n)) * 4).astype(np_dtype)}
+  assert len(_locals(_staged(f, STAGED + ",STAGE"))) == 2
+  got = _same_as_unstaged(tmp_path, monkeypatch, f, x, STAGED + ",STAGE")
+  if dtype == "i32": np.testing.assert_array_equal(got.reshape(m, n), x["a"] @ x["b"])
+
+
 def test_a_convolution_stages_its_weights_and_image(tmp_path, monkeypatch):
   """conv 3x3 without padding, the heuristics' schedule: the weights (read by every output position) are
   a dense tile of 32 output channels x (4 input channels x 9 window elements), stored transposed (a
