@@ -48,6 +48,7 @@ from dataclasses import dataclass
 from uopc.dtype import AddrSpace, PtrDType, dtypes
 from uopc.ops import AxisType, Ops
 from uopc.rewrite import substitute
+from uopc.stages.expand import _lane_order  # the order of a vector's lanes
 from uopc.stages.optimize import (Opt, OptError, OptOp, TargetCaps, Trace, _contiguous_output, _Planner, axis_size, axis_type, is_axis,
                                   kernel_axes, note, scopes, workgroup_dims)
 from uopc.stages.opts import STAGE_AUTO
@@ -92,9 +93,6 @@ class _Tile:
   def at(self, row: UOp, col: UOp) -> UOp:
     line, pos = (col, row) if self.transposed else (row, col)
     return line.alu(Ops.MUL, _idx(self.pitch)).alu(Ops.ADD, pos)
-
-
-def _lane_order(r: UOp) -> tuple: return (axis_type(r) is not AxisType.UNROLL, r.arg[0])  # as Expand orders lanes
 
 
 def _down_columns(ld: UOp, row: Form, col: Form) -> bool:
