@@ -244,7 +244,7 @@ def _heuristic(f: Func) -> tuple[str, str]:
 
 def test_the_heuristics_stage_large_float32_gemms_only():
   axes, opts = _heuristic(gemm(2048, 2048, 2048))
-  assert (axes, opts) == ("g32 u2 l8 u4 g16 u2 l16 u4 R256 r8", STAGED + ",STAGE")
+  assert (axes, opts) == ("g32 u2 l8 u4 g16 u2 l16 u4 R512 r4", STAGED.replace("SPLIT(2,8,r)", "SPLIT(2,4,r)") + ",STAGE")
   assert _heuristic(gemm_t(2048, 512, 1024, True, True))[1].endswith(",STAGE")   # 256 workgroups, both inputs transposed
   assert "STAGE" not in _heuristic(gemm(1024, 1024, 1024))[1]     # 128 workgroups: fewer than the GPU's SMs x 2
   assert "STAGE" not in _heuristic(gemm(2000, 2048, 2000))[1]     # not a multiple of the 64 x 128 tile
