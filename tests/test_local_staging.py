@@ -115,6 +115,7 @@ def test_the_staged_reads_are_16_byte_vectors_after_expand():
 
 @pytest.mark.parametrize("m, k, n, opts, stages, sizes", [
   (128, 64, 256, STAGED + ",STAGE", 3, [8 * 68, 8 * 128]),   # a: 8 lines of 64 + 4 (transposed), b: 8 rows of 128
+  (128, 64, 256, STAGED.replace("2,8,r", "2,4,r") + ",STAGE", 3, [4 * 68, 4 * 128]),  # the heuristics' K depth 4
   (64, 48, 128, STAGED + ",STAGE(2)", 2, [8 * 68, 8 * 128]),  # 6 iterations, 2 stages
   (128, 16, 256, STAGED + ",STAGE(3)", 3, [8 * 68, 8 * 128]),  # 2 iterations: the third stage's copies read nothing
   (64, 64, 128, PLAIN8 + ",STAGE", 3, [8 * 68, 8 * 128]),     # 8 consecutive outputs a thread along each axis
@@ -123,7 +124,7 @@ def test_the_staged_reads_are_16_byte_vectors_after_expand():
   (96, 40, 160, "SPLIT(2,4,r),SPLIT(1,4,u),SPLIT(1,8,l),SPLIT(0,4,u),SPLIT(0,8,l),STAGE", 3, [4 * 36, 4 * 32 + 32 * 4]),
   # 3 rows a thread (scalar reads of a: 48 + 4 a line); b's 8 x 16 tile is 32 copies for 128 threads: 96 x 4 of slack
   (48, 24, 80, "SPLIT(2,8,r),SPLIT(1,2,u),SPLIT(1,8,l),SPLIT(0,3,u),SPLIT(0,16,l),STAGE", 3, [8 * 52, 8 * 16 + 96 * 4]),
-], ids=["staged", "2-stages", "3-stages-2-iterations", "plain-tile", "odd-sizes", "spare-copies", "odd-lanes"])
+], ids=["staged", "heuristic-depth", "2-stages", "3-stages-2-iterations", "plain-tile", "odd-sizes", "spare-copies", "odd-lanes"])
 def test_staged_gemms_equal_unstaged_and_numpy(tmp_path, monkeypatch, m, k, n, opts, stages, sizes):
   x = _inputs(m, k, n)
   assert sorted(t.dtype.size for t in _locals(_staged(gemm(m, k, n), opts))) == sorted(stages * z for z in sizes)
