@@ -102,7 +102,6 @@ def test_a_gemm_stages_a_transposed_and_b_by_rows_with_one_barrier_an_iteration(
 
 def test_the_staged_reads_are_16_byte_vectors_after_expand():
   from uopc.stages.expand import expand
-  from uopc.stages.optimize import KernelSchedule
   opts = parse_opts(STAGED + ",STAGE")
   kernel = next(iter(kernels_of(gemm(128, 64, 256).text(), GPU).values()))
   sink = expand(optimize(kernel, "k", GPU, pinned=opts))
@@ -110,7 +109,6 @@ def test_the_staged_reads_are_16_byte_vectors_after_expand():
   # 8 k a thread an iteration, 2 vectors of a and 2 of b each; the copies keep their async arg through Expand
   assert len(reads) == 32 and all(r.dtype.count == 4 for r in reads)
   assert sum(u.op is Ops.STORE and isinstance(u.arg, tuple) and u.arg[0] == ASYNC for u in sink.toposort()) == 18
-  assert KernelSchedule  # imported for the expand signature
 
 
 @pytest.mark.parametrize("m, k, n, opts, stages, sizes", [
