@@ -193,7 +193,8 @@ def test_emulator_reports_reads_of_copies_not_waited_for(tmp_path, monkeypatch):
 
 @pytest.mark.parametrize("f, opts, why", [
   (gemm(64, 32, 128), "SPLIT(2,8,r),SPLIT(1,8,u),SPLIT(0,8,u)", "needs LOCAL axes"),
-  (gemm(256, 64, 256), "SPLIT(2,32,r),SPLIT(1,8,u),SPLIT(1,16,l),SPLIT(0,8,u),SPLIT(0,16,l)", "2 stages of its tiles .33280 bytes a stage. do not fit 49152 bytes"),
+  (gemm(256, 64, 256), "SPLIT(2,32,r),SPLIT(1,8,u),SPLIT(1,16,l),SPLIT(0,8,u),SPLIT(0,16,l)",
+   "2 stages of its tiles .33280 bytes a stage. do not fit 49152 bytes"),
   (gemm(64, 32, 128), "PADTO(2,40),SPLIT(2,8,r),SPLIT(1,4,u),SPLIT(1,16,l),SPLIT(0,4,u),SPLIT(0,8,l)", "no global input is read"),
   (gemm(64, 32, 128), "SPLIT(2,8,G),SPLIT(1,16,l)", "GROUP_REDUCE"),
   (row_sum(64, 256), "SPLIT(1,8,r),SPLIT(0,16,l)", "no global input is read"),  # each row read by one thread

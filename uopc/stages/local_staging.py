@@ -171,7 +171,8 @@ def _stage(sink: UOp, stages: int | None) -> UOp:
   n = next((n for n in fits if n - 1 <= trips), 0)
   if not n: raise Unstageable(f"{fits[-1]} stages need {fits[-1] - 1} iterations of the reduction or more; it has {trips}")
   slot = 1 + max((u.arg[0] for u in sink.toposort() if u.op is Ops.BUFFER and isinstance(u.arg, tuple)), default=-1)
-  locals_of = {id(t): UOp(Ops.BUFFER, t.buf.dtype.base.ptr(AddrSpace.LOCAL, n * t.size), (), (slot + i, f"tile{slot + i}")) for i, t in enumerate(tiles)}
+  locals_of = {id(t): UOp(Ops.BUFFER, t.buf.dtype.base.ptr(AddrSpace.LOCAL, n * t.size), (), (slot + i, f"tile{slot + i}"))
+               for i, t in enumerate(tiles)}
 
   def copies(at_k: UOp, stage: UOp, into, gate: UOp | None = None) -> list[UOp]:
     """One commit group: every copy this thread makes of iteration at_k's tiles into `stage` (of `into(local)`)."""
