@@ -141,6 +141,26 @@ def test_each_layout_of_the_inputs(tmp_path, monkeypatch, a_t, b_t):
   _check_gemm(got, x["a"].T if a_t else x["a"], x["b"].T if b_t else x["b"])
 
 
+def test_a_transposed_output_swaps_the_roles(tmp_path, monkeypatch):
+  """c stored N x M: m is the contiguous output axis, so the heuristics' n role (16 threads, runs of 4)
+  goes to m; a is still read down its columns (transposed: 4 lines of 128 + 4) and b along its rows, as
+  a box of 8 rows of 32 (k and n's two runs: rows of 128 bytes), whose 64 16-byte copies leave the
+  other 64 threads copying into slack."""
+  m, k, n = 128, 32, 64
+  f = Func("gct")
+  a, b, c = f.param("a", (m, k)), f.param("b", (k, n)), f.param("c", (n, m), out=True)
+  f.store(c, f.permute(f.matmul(a, b, m, k, n), (1, 0)))
+  big = Func("gct")
+  a2, b2, c2 = big.param("a", (2048, 256)), big.param("b", (256, 1024)), big.param("c", (1024, 2048), out=True)
+  big.store(c2, big.permute(big.matmul(a2, b2, 2048, 256, 1024), (1, 0)))
+  axes, opts = _heuristic(big)
+  assert axes == "g16 u2 l8 u4 g16 u2 l16 u4 R64 r4" and opts.endswith(",STAGE")
+  assert sorted(t.dtype.size // 3 for t in _locals(_staged(f, opts))) == [8 * 32 + 64 * 4, 4 * 132]
+  x = _inputs(m, k, n)
+  got = _same_as_unstaged(tmp_path, monkeypatch, f, x, opts)
+  _check_gemm(np.ascontiguousarray(got.reshape(n, m).T), x["a"], x["b"])
+
+
 @pytest.mark.parametrize("dtype, np_dtype", [("f64", np.float64), ("f16", np.float16), ("i32", np.int32)])
 def test_other_dtypes_stage_too(tmp_path, monkeypatch, dtype, np_dtype):
   """float64 (8-byte element copies of a), float16 (a by rows: cp.async moves no 2-byte element; b's
