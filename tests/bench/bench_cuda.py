@@ -10,7 +10,9 @@ Tensor programs of tests/bench/workloads.py built by `uopc build -t cuda` (the w
 Optimize's GPU heuristics): add 256M, softmax and layernorm 4096x4096 (one fused kernel each), gemm
 2048, gemm 4096 of float16 inputs with float32 sums (on the tensor cores, TC), and a 3x3 convolution of
 a 32 x 64 x 56 x 56 batch to 64 channels written with tinygrad's conv2d (torch's cuDNN conv2d with TF32
-off as the peer); each with torch's
+off as the peer); then gemm 2048 again with pinned opts (GEMM_VARIANTS: the staged tile unstaged, the
+previous heuristics' tile, 2 stages, 128 x 128 workgroups, and --fast-math, whose fma halves the
+float32 instructions); each with torch's
 time and rate for the same computation, and bandwidths also as a share of the measured copy bandwidth
 and of the peak the driver reports (memory clock x bus width). Each time is the median of several
 runs between CUDA events; what cannot run is printed as skipped.
@@ -193,17 +195,21 @@ def bench_gemm(gpu: Driver, timer: Timer, out_dir: pathlib.Path, dt: DType) -> N
 
 
 def bench_tensor_program(gpu: Driver, timer: Timer, out_dir: pathlib.Path, w, torch_fn, rng: np.random.Generator,
-                         bandwidths: dict[str, float]) -> None:
+                         bandwidths: dict[str, float], opts: str | None = None, fast_math: bool = False, label: str = "tensor program") -> None:
   """A workload of tests/bench/workloads.py as users write it (a tensor program), built by `uopc build -t cuda`:
-  Rangeify, Optimize's GPU heuristics (grid, workgroups, GROUP_REDUCE), Expand, isel, PTX. Checked against
-  the float64 reference before it is timed; torch runs the same computation. GB/s rates are also given as
-  shares of `bandwidths` (name: GB/s)."""
+  Rangeify, Optimize's GPU heuristics (grid, workgroups, GROUP_REDUCE), Expand, isel, PTX; `opts` pins its
+  one kernel's opts instead, `fast_math` builds with --fast-math. Checked against the float64 reference
+  before it is timed; torch runs the same computation. GB/s rates are also given as shares of
+  `bandwidths` (name: GB/s)."""
   from uopc.driver import BuildOptions, build
+  from uopc.stages.optimize import parse_schedule
   f, inputs = w.program, w.inputs(rng)
-  work = out_dir / f"tp_{f.name}_{abs(hash(w.name))}"
+  work = out_dir / f"tp_{f.name}_{abs(hash((w.name, opts, fast_math)))}"
   work.mkdir(parents=True)
   (work / f"{f.name}.uop").write_text(f.text())
-  lib = ctypes.CDLL(str(next(p for p in build(work / f"{f.name}.uop", BuildOptions(target="cuda", out_dir=work)) if p.suffix == ".so")))
+  schedule = parse_schedule([f"{f.name}__{f.name}_k0:{opts}"]) if opts is not None else None
+  options = BuildOptions(target="cuda", out_dir=work, schedule=schedule, fast_math=fast_math)
+  lib = ctypes.CDLL(str(next(p for p in build(work / f"{f.name}.uop", options) if p.suffix == ".so")))
   out_arg = next(a for a in f.args if a[3])
   out = np.zeros(out_arg[1], np.float32)
   it = iter(np.ascontiguousarray(x) for x in inputs)
@@ -220,7 +226,7 @@ def bench_tensor_program(gpu: Driver, timer: Timer, out_dir: pathlib.Path, w, to
   rate = w.work / ms / 1e6  # bytes or flops per ms / 1e6 = GB/s or GFLOP/s
   vs = f"  torch {ref:.3f} ms {w.work / ref / 1e6:9.1f} {w.unit} ({ref / ms:.0%} of torch's speed)" if ref else "  (torch not installed)"
   shares = "".join(f", {rate / gbs:.0%} of {name}" for name, gbs in bandwidths.items()) if w.unit == "GB/s" else ""
-  print(f"{w.name + ' (tensor program)':34s} {ms:8.3f} ms {rate:9.1f} {w.unit}{vs}{shares}")
+  print(f"{w.name + f' ({label})':34s} {ms:8.3f} ms {rate:9.1f} {w.unit}{vs}{shares}")
 
 
 def bench_batched_conv(gpu: Driver, timer: Timer, out_dir: pathlib.Path, n: int = 32, c: int = 64, hw: int = 56, o: int = 64) -> None:
@@ -259,6 +265,18 @@ def bench_batched_conv(gpu: Driver, timer: Timer, out_dir: pathlib.Path, n: int 
         f"  torch (cuDNN, TF32 off) {ref:.3f} ms ({ref / ms:.0%} of its speed)")
 
 
+STAGED_TILE = "SPLIT(2,4,r),SPLIT(1,4,u),SPLIT(1,16,l),SPLIT(1,2,u),SPLIT(0,4,u),SPLIT(0,8,l),SPLIT(0,2,u)"  # the heuristics' staged gemm
+GEMM_VARIANTS = [  # (opts of gemm 2048's kernel, --fast-math, label); the heuristics' own (STAGE) is the row above
+  (STAGED_TILE, False, "same tile, unstaged"),
+  (STAGED_TILE.replace("SPLIT(2,4,r)", "SPLIT(2,8,r)") + ",STAGE", False, "k depth 8, STAGE"),
+  ("SPLIT(1,8,u),SPLIT(0,8,u),SPLIT(2,16,l),SPLIT(0,8,l),SPLIT(6,4,r)", False, "previous heuristics, unstaged"),
+  (STAGED_TILE + ",STAGE(2)", False, "STAGE(2)"),
+  (STAGED_TILE.replace("SPLIT(0,8,l)", "SPLIT(0,16,l)") + ",STAGE", False, "128 x 128 a workgroup, STAGE"),
+  (STAGED_TILE + ",STAGE", True, "STAGE, --fast-math: fma"),
+  (STAGED_TILE, True, "unstaged, --fast-math: fma"),
+]
+
+
 def main() -> None:
   try:
     gpu = Driver()
@@ -282,6 +300,11 @@ def main() -> None:
       bench_tensor_program(gpu, timer, out_dir, w, torch_fn, rng, bandwidths)
     except Exception as e:  # noqa: BLE001 - one failing workload must not hide the others' numbers
       print(f"{w.name} (tensor program): FAILED: {type(e).__name__}: {str(e)[:300]}")
+  for opts, fast, label in GEMM_VARIANTS:  # the float32 gemm's shared-memory staging (STAGE) against its register tiles alone
+    try:
+      bench_tensor_program(gpu, timer, out_dir, gemms([2048])[0], lambda t, a, b: a @ b, rng, bandwidths, opts, fast, label)
+    except Exception as e:  # noqa: BLE001
+      print(f"gemm 2048 ({label}): FAILED: {type(e).__name__}: {str(e)[:300]}")
   try:
     bench_batched_conv(gpu, timer, out_dir)
   except Exception as e:  # noqa: BLE001

@@ -468,7 +468,7 @@ class _Expander:
     if not axes:
       v = value.chunks[0] if value is not None else self.one(val)
       at = idx.replace(src=(ptr, self.one(idx.src[1])))
-      return Lanes((), (UOp(Ops.STORE, dtypes.void, (at, v) + ((self.one(gate),) if gate is not None else ())),), 1)
+      return Lanes((), (UOp(Ops.STORE, dtypes.void, (at, v) + ((self.one(gate),) if gate is not None else ()), u.arg),), 1)  # an async copy keeps its arg
     value = value or self.make(axes, lambda ls: self.operand(val, axes, ls))
     form = self.offsets(idx.src[1], axes) if gate is None or not self.v[gate].axes else None
     n = math.prod(axis_size(r) for r in axes)

@@ -52,6 +52,9 @@ OptOps (seed 000's table), composed left to right, each checked before it applie
   else chosen by the gemm's size). TC must
   be the first opt; after it, axes may still be split into LOCAL (more warps per workgroup) or padded,
   but not UPCAST or UNROLLed (a WMMA is not widened). Only -t cuda has tensor cores.
+- `STAGE[(stages)]` (-t cuda, the last opt): the inputs that a workgroup's threads read again (a float32
+  gemm's a and b) go through LOCAL tiles filled by asynchronous copies, in 2 or 3 stages (default: as
+  many as fit); refused where the analysis of `uopc.stages.local_staging` finds no such tile.
 
 Without `--opts`, hand-written heuristics (`heuristic_opts`) pick the opts per target class: the CPU
 schedules in `uopc.stages.cpu_schedule`, the GPU ones here and in `uopc.stages.gpu_schedule`.
@@ -370,6 +373,9 @@ def apply_opt(sink: UOp, opt: Opt, caps: TargetCaps, first: bool = True, nolocal
     if not first: raise OptError("TC must be the first opt")
     from uopc.stages.tc_opt import tensor_core  # it builds on this module's helpers
     return tensor_core(sink, opt, caps, trace)
+  if opt.op is OptOp.STAGE:
+    from uopc.stages.local_staging import stage_opt  # it builds on this module's helpers
+    return stage_opt(sink, opt, caps, trace)
   if opt.op is OptOp.NOLOCALS:
     if any(is_axis(r) and axis_type(r) is AxisType.LOCAL for r in kernel_axes(sink)): raise OptError("the kernel already has LOCAL axes")
     return sink
@@ -490,6 +496,7 @@ def apply_opts(sink: UOp, opts: tuple[Opt, ...], caps: TargetCaps, kernel: str, 
   nolocals = False
   for i, opt in enumerate(opts):
     try:
+      if i and opts[i - 1].op is OptOp.STAGE: raise OptError("STAGE must be the last opt")
       sink = apply_opt(sink, opt, caps, first=i == 0, nolocals=nolocals, trace=trace)
     except OptError as e:
       raise CompileError([error(None, f"kernel {kernel}: cannot apply {opt}: {e}")]) from e
@@ -612,7 +619,8 @@ GROUP_UNROLL = 4                  # consecutive elements a thread reads at once 
 
 
 def _gpu_heuristics(plan: _Planner) -> None:
-  """A gemm of half-precision inputs goes on the tensor cores (`uopc.stages.tc_opt`). A long row
+  """A gemm of half-precision inputs goes on the tensor cores (`uopc.stages.tc_opt`), a large float32
+  gemm on -t cuda gets a register tile whose inputs are staged in LOCAL memory (`uopc.stages.local_staging`). A long row
   reduction that no output axis reads contiguously (a row sum, softmax, layernorm) gets a workgroup
   per row whose threads share the row's reductions and its sibling output loops, a number of threads
   chosen from the row's length (`uopc.stages.gpu_rows`). Another reduction over output axes (a float32
@@ -620,7 +628,8 @@ def _gpu_heuristics(plan: _Planner) -> None:
   output axes (`uopc.stages.gpu_schedule`). Otherwise (elementwise) a workgroup along the contiguous
   output axis (LOCAL) and 4-wide vectors per thread (UPCAST)."""
   from uopc.stages.tc_opt import tensor_core_heuristics  # they build on this module's helpers
-  if tensor_core_heuristics(plan): return
+  from uopc.stages.local_staging import staged_gemm
+  if tensor_core_heuristics(plan) or staged_gemm(plan): return
   from uopc.stages.gpu_rows import row_reduction  # these build on this module's helpers
   from uopc.stages.gpu_schedule import tiled_reduction
   if row_reduction(plan) or tiled_reduction(plan): return

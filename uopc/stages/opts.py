@@ -1,6 +1,6 @@
 """The OptOps of seed 000 as uopc takes them (`Opt`, `OptOp`) and their text form, the `--opts` syntax:
 `SPLIT(axis,k,type[,top])`, `PADTO(axis,m)`, `SWAP(axis,axis)`, `NOLOCALS`, `TC(axis[,tc[,stages[,tile]]])`,
-comma-separated, and `KERNEL:OPTS` lines (or `@FILE`) for a build's schedule. What each opt does to a
+`STAGE[(stages)]`, comma-separated, and `KERNEL:OPTS` lines (or `@FILE`) for a build's schedule. What each opt does to a
 kernel is uopc/stages/optimize.py's. Invariant: `str(opt)` parses back to the same Opt, and a
 malformed text is a located CompileError.
 """
@@ -18,15 +18,18 @@ from uopc.ops import AxisType
 TC_AUTO_STAGES = 1          # TC's stages argument: staged in LOCAL memory, as many stages as fit (the default)
 TC_STAGE_COUNTS = (2, 3)     # ... or exactly this many
 TC_TILES = ((2, 4), (4, 8), (2, 2), (1, 2), (1, 1), (4, 4))  # TC's tile argument: tensor-core tiles per warp along (m, n)
+STAGE_AUTO = 1              # STAGE's argument: inputs staged in LOCAL memory, as many stages as fit (the default) ...
+STAGE_COUNTS = (2, 3)        # ... or exactly this many (uopc.stages.local_staging)
 
 
 class OptOp(enum.Enum):
-  SPLIT = enum.auto(); PADTO = enum.auto(); SWAP = enum.auto(); NOLOCALS = enum.auto(); TC = enum.auto()  # noqa: E702
+  SPLIT = enum.auto(); PADTO = enum.auto(); SWAP = enum.auto(); NOLOCALS = enum.auto(); TC = enum.auto(); STAGE = enum.auto()  # noqa: E702
 
 
 @dataclass(frozen=True)
 class Opt:
-  """One OptOp. SPLIT: arg (k, AxisType, top); PADTO: the multiple; SWAP: the other axis; TC: its args."""
+  """One OptOp. SPLIT: arg (k, AxisType, top); PADTO: the multiple; SWAP: the other axis; TC: its args;
+  STAGE: the stages (no axis)."""
   op: OptOp
   axis: int | None = None
   arg: Any = None
@@ -36,6 +39,7 @@ class Opt:
       k, t, top = self.arg
       return f"SPLIT({self.axis},{k},{t.letter}{',top' if top else ''})"
     if self.op is OptOp.NOLOCALS: return "NOLOCALS"
+    if self.op is OptOp.STAGE: return "STAGE" if self.arg == STAGE_AUTO else f"STAGE({self.arg})"
     if self.op is OptOp.TC: return f"TC({','.join(str(a) for a in (self.axis,) + tuple(self.arg))})"
     return f"{self.op.name}({self.axis},{self.arg})"
 
@@ -70,6 +74,11 @@ def _opt(name: str, args: list[str], loc: Loc | None, col: int) -> Opt:
   if op is OptOp.NOLOCALS:
     if args: raise fail("takes no arguments")
     return Opt(op)
+  if op is OptOp.STAGE:
+    stages = ints(args) if args else [STAGE_AUTO]
+    if len(stages) != 1 or stages[0] not in (STAGE_AUTO, *STAGE_COUNTS):
+      raise fail(f"expected STAGE or STAGE(stages), stages 1 (as many as fit: the default) or {' or '.join(map(str, STAGE_COUNTS))}")
+    return Opt(op, None, stages[0])
   if op is OptOp.TC:
     if not 1 <= len(args) <= 4: raise fail("expected TC(axis[, tc[, stages[, tile]]])")
     axis, *rest = ints(args)

@@ -100,8 +100,9 @@ def _split(form: Form, kinds: dict[UOp, str]) -> tuple[Form, Form]:
   return block, thread
 
 
-def _plan(op: _Operand, threads: list[UOp]) -> tuple | None:
-  """(block form, S, R, C, V, [(row form, column form) per load]) for op's tile, or None."""
+def _plan(op: _Operand, threads: list[UOp], thread_types: tuple = _THREAD) -> tuple | None:
+  """(block form, S, R, C, V, [(row form, column form) per load]) for op's tile, or None. `threads`: the
+  ranges of `thread_types` to enumerate (uopc.stages.local_staging adds the UPCAST/UNROLL lanes)."""
   kinds: dict[UOp, str] = {}
   for form in op.forms:
     for a, c in form.items():
@@ -110,7 +111,7 @@ def _plan(op: _Operand, threads: list[UOp]) -> tuple | None:
       if any(not isinstance(r.arg, tuple) for r in rs): return None
       t = {r.arg[1] for r in rs}
       if t <= set(_BLOCK): kinds[a] = "block"
-      elif t <= set(_THREAD) and _evaluable(a) and c > 0: kinds[a] = "thread"
+      elif t <= set(thread_types) and _evaluable(a) and c > 0: kinds[a] = "thread"
       else: return None
   parts = [_split(f, kinds) for f in op.forms]
   block = parts[0][0]

@@ -8,7 +8,8 @@ seed 000's table that `apply_opt` accepts on S:
 - PADTO of an axis to a multiple it is not already of (PADS);
 - SWAP of two axes of one type; NOLOCALS on a GPU; TC (tensor cores) as the first opt on -t cuda, with
   its operand tiles staged in shared memory in as many stages as fit, in 2 or 3, or not at all, and
-  each warp tile of TC_TILES.
+  each warp tile of TC_TILES; STAGE(2) and STAGE(3) on -t cuda without TC (the re-read inputs staged in
+  shared memory, uopc.stages.local_staging: the last opt, so a staged kernel has no children).
 A child whose vector lanes (the product of its UPCAST, UNROLL and CPU GROUP_REDUCE sizes) exceed
 MAX_LANES (or the heuristics' own, when larger) is left out: its code size costs compile time for
 nothing.
@@ -22,10 +23,10 @@ from __future__ import annotations
 from uopc.diagnostics import CompileError
 from uopc.ops import AxisType
 from uopc.stages.optimize import (Opt, OptError, OptOp, TargetCaps, apply_opt, axis_size, axis_type, is_axis, kernel_axes)
-from uopc.stages.opts import TC_AUTO_STAGES, TC_STAGE_COUNTS, TC_TILES
+from uopc.stages.opts import STAGE_COUNTS, TC_AUTO_STAGES, TC_STAGE_COUNTS, TC_TILES
 from uopc.uop import UOp
 
-SPACE_VERSION = 3
+SPACE_VERSION = 4
 UPCASTS = (2, 3, 4, 8, 16)
 UNROLLS = (2, 4, 8, 16)
 CPU_GROUPS = (4, 8, 16, 32)
@@ -54,6 +55,8 @@ def actions(sink: UOp, opts: tuple[Opt, ...], caps: TargetCaps) -> list[Opt]:
   """Every opt to try after `opts` (not yet checked: `children` applies them)."""
   axes = kernel_axes(sink)
   out: list[Opt] = []
+  if any(o.op is OptOp.STAGE for o in opts): return out  # STAGE is the last opt
+  if caps.name == "cuda" and not any(o.op is OptOp.TC for o in opts): out += [Opt(OptOp.STAGE, None, n) for n in STAGE_COUNTS]
   if not opts and caps.tensor_cores:  # every staging (none, as many as fit, 2, 3) and warp tile (by size, or each of TC_TILES)
     args = [(-1,), (-1, 0), *((-1, n) for n in TC_STAGE_COUNTS), *((-1, TC_AUTO_STAGES, t) for t in range(len(TC_TILES)))]
     out += [Opt(OptOp.TC, i, arg) for i, r in enumerate(axes) if is_axis(r) and axis_type(r) is AxisType.REDUCE for arg in args]
