@@ -265,10 +265,10 @@ def bench_batched_conv(gpu: Driver, timer: Timer, out_dir: pathlib.Path, n: int 
         f"  torch (cuDNN, TF32 off) {ref:.3f} ms ({ref / ms:.0%} of its speed)")
 
 
-STAGED_TILE = "SPLIT(2,4,r),SPLIT(1,4,u),SPLIT(1,16,l),SPLIT(1,2,u),SPLIT(0,4,u),SPLIT(0,8,l),SPLIT(0,2,u)"  # the heuristics' staged gemm
+STAGED_TILE = "SPLIT(2,8,r),SPLIT(1,4,u),SPLIT(1,16,l),SPLIT(1,2,u),SPLIT(0,4,u),SPLIT(0,8,l),SPLIT(0,2,u)"  # the heuristics' staged gemm
 GEMM_VARIANTS = [  # (opts of gemm 2048's kernel, --fast-math, label); the heuristics' own (STAGE) is the row above
   (STAGED_TILE, False, "same tile, unstaged"),
-  (STAGED_TILE.replace("SPLIT(2,4,r)", "SPLIT(2,8,r)") + ",STAGE", False, "k depth 8, STAGE"),
+  (STAGED_TILE.replace("SPLIT(2,8,r)", "SPLIT(2,4,r)") + ",STAGE", False, "k depth 4, STAGE"),
   ("SPLIT(1,8,u),SPLIT(0,8,u),SPLIT(2,16,l),SPLIT(0,8,l),SPLIT(6,4,r)", False, "previous heuristics, unstaged"),
   (STAGED_TILE + ",STAGE(2)", False, "STAGE(2)"),
   (STAGED_TILE.replace("SPLIT(0,8,l)", "SPLIT(0,16,l)") + ",STAGE", False, "128 x 128 a workgroup, STAGE"),
