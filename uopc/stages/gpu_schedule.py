@@ -209,25 +209,43 @@ def _share_reduction(plan: _Planner, threads: int, tracked: list[int], untiled: 
 
 
 def _coalesced_reduction(plan: _Planner) -> int | None:
-  """The longest REDUCE axis when some global input is read contiguously along it (a gemm's row-major
-  activations along K) and it has no sibling (a fused SwiGLU's two products keep the blocked split),
+  """The longest REDUCE axis when some global input is read contiguously along it for GPU_COALESCED_MIN
+  elements or more (a gemm's row-major activations along K) and it has no sibling (a fused SwiGLU's two products keep the blocked split),
   else None."""
   axes, near = kernel_axes(plan.sink), nested_with(plan.sink)
   long = [i for i in plan.axes(AxisType.REDUCE) if isinstance(plan.size(i), int)]
   if not long: return None
   best = max(long, key=lambda i: (plan.size(i), i))
   if any(axes[i] not in near.get(axes[best], frozenset()) for i in long if i != best): return None
-  return best if _some_read_contiguously(plan, best) else None
+  return best if _contiguous_run(plan, best) >= GPU_COALESCED_MIN else None
 
 
-def _some_read_contiguously(plan: _Planner, i: int) -> bool:
-  """Some global LOAD reads consecutive elements along axis i (its coefficient in the address is 1)."""
-  r = kernel_axes(plan.sink)[i]
+def _contiguous_run(plan: _Planner, i: int) -> int:
+  """The longest run of consecutive elements some global LOAD reads along axis i: its size where the
+  address moves by 1 with it, m where it moves only through `i % m` (coefficient 1) and `i // m'` (m'
+  a multiple of m: attention's heads laid out apart), else 0."""
+  r, best = kernel_axes(plan.sink)[i], 0
   for u in _memory_ops(plan.sink):
-    if u.op is Ops.LOAD and _is_global(root_buffer(u.src[0])) and (form := affine(u.src[0].src[1])) is not None:
-      c = form[0].get(r)
-      if c is not None and c.op is Ops.CONST and c.arg == 1: return True
-  return False
+    if u.op is Ops.LOAD and _is_global(root_buffer(u.src[0])) and r in u.src[0].src[1].toposort():
+      best = max(best, _run(u.src[0].src[1], r, plan.size(i)))
+  return best
+
+
+def _run(address, r, size: int) -> int:
+  terms, todo, runs, blocks = [], [address], [], []
+  while todo:
+    e = todo.pop()
+    if e.op is Ops.ADD: todo += e.src
+    else: terms.append(e)
+  for t in terms:
+    if r not in t.toposort(): continue
+    k, x = (t.src[1].arg, t.src[0]) if t.op is Ops.MUL and t.src[1].op is Ops.CONST else (1, t)
+    if x is r and k == 1: runs.append(size)
+    elif x.op is Ops.MOD and x.src[0] is r and x.src[1].op is Ops.CONST and k == 1: runs.append(x.src[1].arg)
+    elif x.op is Ops.IDIV and x.src[0] is r and x.src[1].op is Ops.CONST: blocks.append(x.src[1].arg)
+    else: return 0
+  if len(runs) != 1 or any(m % runs[0] for m in blocks): return 0
+  return runs[0]
 
 
 def _share_coalesced(plan: _Planner, axis: int, tracked: list[int]) -> tuple[int, list[int]]:
@@ -237,8 +255,8 @@ def _share_coalesced(plan: _Planner, axis: int, tracked: list[int]) -> tuple[int
   iterations (the rest unrolled by `_unroll`). On the H100 the tuner found these for the second products
   of GPT-2's MLP (2.0x) and a LLaMA SwiGLU (2.7x) over the blocked split; measured with the unroll: the
   whole MLP 1.55x, the GPT-2 block 1.49x, the SwiGLU 1.47x, the float16 matmul 256 1.6x faster."""
-  size = plan.size(axis)
-  g = next((g for g in GPU_COALESCED_GROUPS if size % g == 0 and size // g >= GPU_COALESCED_MIN), 1)
+  size, run = plan.size(axis), _contiguous_run(plan, axis)
+  g = next((g for g in GPU_COALESCED_GROUPS if size % g == 0 and run % g == 0 and size // g >= GPU_COALESCED_MIN), 1)
   if g == 1: return 1, tracked
   done, tracked = _split(plan, axis, g, AxisType.GROUP_REDUCE, tracked)
   return (g if done else 1), tracked
