@@ -86,9 +86,10 @@ def test_gpu_heuristics_share_long_row_reductions_across_a_workgroup():
 
 
 def test_gpu_heuristics_keep_threads_per_output_where_outputs_read_contiguously_or_reductions_are_short():
-  # b's rows: 16 threads along n, coalesced; 4096 outputs are too few threads for the GPU, so 8 threads
-  # share each output's reduction (uopc.stages.gpu_schedule: split-k), not a workgroup per row
-  assert _heuristics(gemm(64, 1024, 64)) == ["SPLIT(1,2,u),SPLIT(3,8,G,top),SPLIT(1,16,l),SPLIT(5,4,r)"]
+  # 4096 outputs are too few threads for the GPU, so 32 threads share each output's reduction
+  # (uopc.stages.gpu_schedule: split-k), not a workgroup per row; a is read along k, so the 32 are the
+  # split's inner part (consecutive elements of a each iteration), 4 threads along n
+  assert _heuristics(gemm(64, 1024, 64)) == ["SPLIT(1,2,u),SPLIT(3,32,G),SPLIT(1,4,l),SPLIT(4,4,r)"]
   # column max: threads along the columns (coalesced), 16 of them sharing each column's 1024 rows in blocks
   assert _heuristics(reduction(1024, 512, "MAX", 0)) == ["SPLIT(1,16,G,top),SPLIT(0,8,l),SPLIT(3,4,r)"]
   # too short for a workgroup per row; 64 outputs are few threads and nothing is tiled, so 16 share each

@@ -78,7 +78,7 @@ def tiled_reduction(plan: _Planner) -> bool:
     if axis is not None and k > 1: tiled = _split(plan, axis, k, AxisType.UPCAST, tiled)[1]
   if gathers: tiled = _gate_free_lanes(plan, tiled)
   threads = _threads(plan)
-  small_tile = tile[0] * tile[1] * accs <= GPU_COALESCED_ACCS
+  small_tile = tile != (1, 1) and tile[0] * tile[1] * accs <= GPU_COALESCED_ACCS  # untiled: short rows keep their runs
   coalesced = _coalesced_reduction(plan) if threads < GPU_MIN_THREADS and small_tile else None
   if coalesced is not None: groups, tiled = _share_coalesced(plan, coalesced, tiled)
   elif threads < GPU_MIN_THREADS: groups, tiled = _share_reduction(plan, threads, tiled, tile == (1, 1))
