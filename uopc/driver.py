@@ -85,6 +85,7 @@ class BuildOptions:
   schedule: Mapping[str, tuple] | None = None  # kernel name -> the opts --opts pins (uopc.stages.optimize)
   allow_custom: bool = False       # compile CUSTOM/CUSTOMI (unchecked target source text)
   fast_math: bool = False          # allow the targets' approximate instructions (below the accuracy bar of the README)
+  fp_contract: bool = False        # --fp-contract=fast: fuse float ADD(MUL) into one multiply-add (cuda, amd)
   cpu: str = "portable"            # -t c: the instruction set the library is built for (CPU_LEVELS)
   env: Mapping[str, str] = field(default_factory=lambda: os.environ)
 
@@ -152,7 +153,7 @@ def _lower(path: str, opts: BuildOptions, name: str, vector_bytes: int):
   if errors: raise CompileError(errors, {module.path: module.text})
   for d in diags: current().report(d, module.text)
   printing = PrintOptions(frozenset(opts.print_before), frozenset(opts.print_after), opts.print_out or sys.stdout)
-  return compile_module(module, opts.target, name, printing, opts.schedule, opts.fast_math, vector_bytes)
+  return compile_module(module, opts.target, name, printing, opts.schedule, opts.fast_math, vector_bytes, opts.fp_contract)
 
 
 def _custom_code(module) -> list:

@@ -27,7 +27,7 @@ from ml_dtypes import bfloat16
 
 from uopc.diagnostics import CompileError, Loc, error
 from uopc.dtype import AddrSpace, DType, PtrDType, dtypes
-from uopc.ops import Ops
+from uopc.ops import FUSED, Ops
 from uopc.stages.tensor_cores import ASYNC, LDMATRIX, WARP_SIZE, by_arg, ldmatrix_sources
 
 NP_DTYPES = {"bool": np.bool_, "int8": np.int8, "int16": np.int16, "int32": np.int32, "int64": np.int64,
@@ -73,6 +73,15 @@ _FLOAT_FNS = {
   Ops.MAX: np.maximum, Ops.TRUNC: np.trunc, Ops.SQRT: np.sqrt, Ops.EXP2: np.exp2, Ops.LOG2: np.log2, Ops.SIN: np.sin,
   Ops.POW: np.power, Ops.RECIP: lambda x: np.divide(x.dtype.type(1), x), Ops.MULACC: lambda a, b, c: a * b + c,
 }
+def _fused(a, b, c):
+  """a * b + c rounded once: float32 (and float16/bfloat16, computed in it) through float64, where the
+  product is exact and the sum rounds once before the float32 rounding (a double rounding that differs
+  from a true fused multiply-add only in ties of the last bit); float64 through longdouble (x86: 64-bit
+  mantissa, likewise)."""
+  wide = np.longdouble if a.dtype == np.float64 else np.float64
+  return (a.astype(wide) * b.astype(wide) + c.astype(wide)).astype(a.dtype)
+
+
 _INT_FNS = {
   Ops.ADD: np.add, Ops.SUB: np.subtract, Ops.MUL: np.multiply, Ops.NEG: np.negative, Ops.MAX: np.maximum,
   Ops.AND: np.bitwise_and, Ops.OR: np.bitwise_or, Ops.XOR: np.bitwise_xor, Ops.NOT: np.invert,
@@ -473,8 +482,10 @@ class _Emulator:
     with np.errstate(all="ignore"):
       if op is Ops.WHERE: return np.where(xs[0], xs[1], xs[2])
       if op in _COMPARE_FNS: return _COMPARE_FNS[op](*[_compute(x, src_dt) for x in xs])
-      if src_dt.is_float() and op in _FLOAT_FNS:
-        res = _FLOAT_FNS[op](*[_compute(x, src_dt) for x in xs])
+      if src_dt.is_float() and op is Ops.MULACC and u.arg == FUSED: res = _fused(*[_compute(x, src_dt) for x in xs])
+      elif src_dt.is_float() and op in _FLOAT_FNS: res = _FLOAT_FNS[op](*[_compute(x, src_dt) for x in xs])
+      else: res = None
+      if res is not None:
         return round_to(res, dt) if _is_half(dt) else res.astype(np_dtype(dt))
       if src_dt.is_bool() and op in _BOOL_FNS: return _BOOL_FNS[op](*xs)
       if src_dt.is_int(): return self._int_alu(u, op, src_dt, xs, on)

@@ -8,6 +8,9 @@ from __future__ import annotations
 import enum
 
 
+FUSED = "fused"  # MULACC {"fused"}: a * b + c rounded once (a fused multiply-add); no arg: rounded twice, as ADD(MUL)
+
+
 class Ops(enum.Enum):
   # source ops
   PARAM = enum.auto(); BUFFER = enum.auto(); CONST = enum.auto(); BINARY = enum.auto()  # noqa: E702

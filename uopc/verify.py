@@ -14,7 +14,7 @@ from typing import Any, Callable, Iterator
 from uopc.diagnostics import Diagnostic, Loc, error
 from uopc.dtype import AddrSpace, DType, dtypes, truncate
 from uopc.module import Module
-from uopc.ops import GroupOp, Ops
+from uopc.ops import FUSED, GroupOp, Ops
 from uopc.uop import UOp, is_data_view, shape_values
 from uopc.verify_kernel import (_check_atomicadd, _check_barrier, _check_end, _check_endif, _check_if, _check_load, _check_range,
                                  _check_special, _check_store, _is_void, _sources_are_effects)
@@ -364,6 +364,10 @@ def _elementwise_shapes(u: UOp) -> Iterator[str]:
 
 
 # ---- multi-device and codegen -------------------------------------------------------------------------
+def _check_mulacc(u: UOp) -> Iterator[str]:
+  if u.arg not in (None, FUSED): yield f'MULACC arg must be none (rounded twice, as ADD(MUL)) or "{FUSED}" (rounded once), got {u.arg!r}'
+
+
 def _check_wmma(u: UOp) -> Iterator[str]:
   if not (isinstance(u.arg, tuple) and u.arg): yield f"WMMA arg must be its configuration tuple, got {u.arg!r}"
   if u.dtype is not u.src[2].dtype: yield f"WMMA has dtype {u.dtype}, its accumulator {u.src[2].dtype}"
@@ -449,6 +453,7 @@ RULES: dict[Ops, tuple[tuple[int, int | None], tuple[Check, ...]]] = {
   **{op: ((1, 1), ELEMENTWISE) for op in GroupOp.Unary},
   **{op: ((2, 2), ELEMENTWISE) for op in GroupOp.Binary},
   **{op: ((3, 3), ELEMENTWISE) for op in GroupOp.Ternary},
+  Ops.MULACC: ((3, 3), ELEMENTWISE + (_check_mulacc,)),
 }
 
 

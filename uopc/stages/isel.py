@@ -22,7 +22,7 @@ from dataclasses import dataclass, field, replace
 from typing import Mapping
 
 from uopc.dtype import DType, dtypes
-from uopc.ops import Ops
+from uopc.ops import FUSED, Ops
 from uopc.rewrite import Pat, Rules, graph_rewrite
 from uopc.stages import transcendental as tm
 from uopc.stages.transcendental import add, c, cast, eq, lt, mul, ne, shl, shr, sub, where
@@ -42,7 +42,7 @@ class Capabilities:
   approximate: Mapping[Ops, frozenset[DType] | None] = field(default_factory=dict)
   float64: bool = True         # has float64 arithmetic (POW of float32 computes in it)
   int_division: bool = True    # has a hardware integer divider; without one IDIV/MOD by constants are lowered
-  fused_mulacc: bool = False   # renders MULACC as one fused multiply-add: formed for ints, for floats under --fast-math
+  fused_mulacc: bool = False   # renders MULACC {"fused"}: formed for ints, for floats under --fast-math or --fp-contract=fast
 
   def renders(self, op: Ops, dt: DType, fast_math: bool) -> bool:
     tables = (self.native, self.approximate) if fast_math else (self.native,)
@@ -205,6 +205,7 @@ def _div_by_const(u: UOp, x: UOp, d: UOp, ctx) -> UOp | None:
 class IselContext:
   caps: Capabilities
   fast_math: bool = False
+  contract: bool = False       # --fp-contract=fast: ADD(MUL(a, b), c) of floats becomes MULACC {"fused"}
 
   def lacks(self, u: UOp, dt: DType | None = None) -> bool:
     return not self.caps.renders(u.op, dt or u.dtype, self.fast_math)
@@ -258,20 +259,31 @@ def _pow_const(x: UOp, e: UOp, ctx: IselContext) -> UOp | None:
 
 
 def _fuse_mulacc(a: UOp, b: UOp, acc: UOp, ctx: IselContext) -> UOp | None:
-  if not ctx.caps.fused_mulacc or (a.dtype.scalar.is_float() and not ctx.fast_math): return None
+  floats = a.dtype.scalar.is_float()
+  if not ctx.caps.fused_mulacc or (floats and not (ctx.fast_math or ctx.contract)): return None
   if ctx.lacks(UOp(Ops.MULACC, a.dtype, (a, b, acc))): return None
-  return UOp(Ops.MULACC, a.dtype, (a, b, acc))
+  return UOp(Ops.MULACC, a.dtype, (a, b, acc), FUSED if floats else None)
+
+
+def _fuse_lane(m: UOp, g: UOp, acc: UOp, ctx: IselContext) -> UOp | None:
+  """ADD(GEP(MUL(a, b)) {i}, acc): lane i of a vector product (a reduction unrolled along a vector)."""
+  if len(g.arg) != 1 or acc.dtype.count != 1 or not acc.dtype.is_float(): return None
+  lane = lambda x: UOp(Ops.GEP, x.dtype.scalar, (x,), g.arg)  # noqa: E731
+  return _fuse_mulacc(lane(m.src[0]), lane(m.src[1]), acc, ctx)
 
 
 ISEL_RULES = Rules([
   (Pat((Ops.IDIV, Ops.MOD), src=(Pat.var("x"), Pat.cvar("d")), name="u"), _div_by_const),
   (Pat(Ops.ADD, src=(Pat(Ops.MUL, src=(Pat.var("a"), Pat.var("b"))), Pat.var("acc")), commutative=True),
    lambda a, b, acc, ctx: _fuse_mulacc(a, b, acc, ctx)),
+  (Pat(Ops.ADD, src=(Pat(Ops.GEP, src=(Pat(Ops.MUL, name="m"),), name="g"), Pat.var("acc")), commutative=True),
+   lambda m, g, acc, ctx: _fuse_lane(m, g, acc, ctx)),
   (Pat(Ops.POW, src=(Pat.var("x"), Pat.var("e"))), _pow_const),
   (Pat(set(_SIMPLE + _TRANSCENDENTAL) | {Ops.THREEFRY, Ops.FLOORDIV, Ops.FLOORMOD}, name="u"), _decompose),
 ])
 
 
-def isel(sink: UOp, caps: Capabilities, fast_math: bool = False) -> UOp:
-  """`sink` with every op that `caps` lacks lowered into ops it has."""
-  return graph_rewrite(sink, ISEL_RULES, bottom_up=True, ctx=IselContext(caps, fast_math))
+def isel(sink: UOp, caps: Capabilities, fast_math: bool = False, contract: bool = False) -> UOp:
+  """`sink` with every op that `caps` lacks lowered into ops it has; with `contract` (or `fast_math`) a
+  float ADD(MUL(a, b), c) becomes one fused multiply-add where the target has one."""
+  return graph_rewrite(sink, ISEL_RULES, bottom_up=True, ctx=IselContext(caps, fast_math, contract))

@@ -37,7 +37,7 @@ import numpy as np
 from uopc.diagnostics import CompileError, error
 from uopc.dtype import AddrSpace, DType, PtrDType, dtypes
 from uopc.targets import param_name
-from uopc.ops import GroupOp, Ops
+from uopc.ops import FUSED, GroupOp, Ops
 from uopc.targets.c.prelude import C_PRELUDE, C_SCALAR, VECTOR_LANES, vector_type_name
 from uopc.targets.c.threads import TASK_PARAM
 from uopc.uop import UOp
@@ -172,9 +172,12 @@ _BOOL_OPS = {Ops.ADD: "({0}|{1})", Ops.OR: "({0}|{1})", Ops.MAX: "({0}|{1})", Op
              Ops.AND: "({0}&{1})", Ops.XOR: "({0}^{1})", Ops.NOT: "(!{0})"}
 
 
-def alu_expr(op: Ops, dt: DType, src_dt: DType, xs: list[str]) -> str:
+def alu_expr(op: Ops, dt: DType, src_dt: DType, xs: list[str], fused: bool = False) -> str:
   """The C expression of scalar ALU op `op` with result dtype `dt` on operands `xs` of dtype `src_dt`
-  (for WHERE, `src_dt` is the dtype of the selected values)."""
+  (for WHERE, `src_dt` is the dtype of the selected values); `fused`: a MULACC {"fused"} (C's fma)."""
+  if fused and op is Ops.MULACC and src_dt.is_float():
+    f = "" if src_dt is dtypes.float64 else "f"
+    return _from_compute(f"fma{f}({', '.join(_to_compute(x, src_dt) for x in xs)})", dt)
   if op is Ops.WHERE: return f"({xs[0]}?{xs[1]}:{xs[2]})"
   if op is Ops.THREEFRY and src_dt is dtypes.uint64: return f"uopc_threefry2x32({xs[0]}, {xs[1]})"
   if op in _COMPARE_OPS:
@@ -486,7 +489,8 @@ class _Renderer:
       self._vector(u, [cast_expr(self._lane(u.src[0], i), u.src[0].dtype.scalar, u.dtype.scalar) for i in range(n)])
       return
     src_dt = (u.src[1] if u.op is Ops.WHERE else u.src[0]).dtype.scalar
-    self._vector(u, [alu_expr(u.op, u.dtype.scalar, src_dt, [self._lane(s, i) for s in u.src]) for i in range(n)])
+    fused = u.op is Ops.MULACC and u.arg == FUSED
+    self._vector(u, [alu_expr(u.op, u.dtype.scalar, src_dt, [self._lane(s, i) for s in u.src], fused) for i in range(n)])
 
   # ---- whole-vector expressions ----
   def _whole_vector(self, u: UOp) -> str | None:
@@ -494,6 +498,7 @@ class _Renderer:
     rules do, or None where only the lane-by-lane form is exact (16-bit floats, integer division,
     float-to-int casts, narrow shifts, THREEFRY, transcendentals)."""
     op, dt, xs = u.op, u.dtype, [self.names[s] for s in u.src]
+    if op is Ops.MULACC and u.arg == FUSED and dt.scalar.is_float(): return None  # fma lane by lane
     # index arithmetic (addresses, gates) stays lane by lane: its lanes are taken apart again for the scalar
     # loads they address, which whole int64 vectors would make gcc extract one by one (conv3x3: 35 -> 313 ms)
     if dtypes.index in (dt.scalar, *(s.dtype.scalar for s in u.src)): return None

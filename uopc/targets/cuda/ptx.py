@@ -44,7 +44,7 @@ from typing import Any, Callable
 
 from uopc.diagnostics import CompileError, Diagnostic, Loc, error
 from uopc.dtype import AddrSpace, DType, PtrDType, dtypes
-from uopc.ops import GroupOp, Ops
+from uopc.ops import FUSED, GroupOp, Ops
 from uopc.stages.tensor_cores import ASYNC, CUDA_TENSOR_CORES, by_arg
 from uopc.targets import param_name
 from uopc.targets.cuda.ptx_memory import _atomic_add, _buffer, _index, _load, _store
@@ -421,8 +421,8 @@ def _float_alu(k: _Kernel, u: UOp, op: Ops, dt: DType, xs: tuple[str, ...]) -> s
   t = _float_t(dt)
   if op in _FLOAT_CMP: return k.op1(f"setp.{_FLOAT_CMP[op]}.{t}", dtypes.bool, *xs)
   if op is Ops.MAX: return _float_max(k, dt, *xs)
-  if op is Ops.MULACC:  # ADD(MUL(a, b), c) rounds twice (seed 000); fast math fuses it (isel forms it then)
-    if k.fast_math: return k.op1(f"fma.rn.{t}", dt, *xs)
+  if op is Ops.MULACC:  # ADD(MUL(a, b), c) rounds twice (seed 000); {"fused"} and fast math round once
+    if k.fast_math or u.arg == FUSED: return k.op1(f"fma.rn.{t}", dt, *xs)
     return k.op1(f"add.rn.{t}", dt, k.op1(f"mul.rn.{t}", dt, xs[0], xs[1]), xs[2])
   if op in _FLOAT_OPS:
     if op is Ops.TRUNC: return k.op1(f"cvt.rzi.{t}.{t}", dt, xs[0])

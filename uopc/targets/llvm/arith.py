@@ -7,7 +7,7 @@ rounded once).
 from __future__ import annotations
 
 from uopc.dtype import DType, dtypes
-from uopc.ops import Ops
+from uopc.ops import FUSED, Ops
 from uopc.targets.llvm.types import bits_of, is_signed, mem_type, reg_type
 from uopc.uop import UOp
 
@@ -166,8 +166,15 @@ class _Arithmetic:
     return self.arith(op, dt, *args, u=u)
 
   def mulacc(self, u: UOp) -> str:
-    """a * b + c; on float16/bfloat16 computed in float32 and rounded once, like any one op."""
+    """a * b + c (rounded once by llvm.fma where it is {"fused"}); on float16/bfloat16 computed in float32
+    and rounded once, like any one op."""
     dt = u.dtype
+    if u.arg == FUSED and dt.scalar.is_float():
+      wide = dt if dt.scalar not in (dtypes.float16, dtypes.bfloat16) else dtypes.float32.vec(dt.count)
+      ty = reg_type(wide)
+      args = [(ty, self.val(s) if wide is dt else self.convert(self.val(s), dt, wide)) for s in u.src]
+      out = self.intrinsic(ty, "fma", args, ty)
+      return out if wide is dt else self.convert(out, wide, dt)
     if dt.scalar not in (dtypes.float16, dtypes.bfloat16):
       prod = self.arith(Ops.MUL, dt, self.val(u.src[0]), self.val(u.src[1]), u=u)
       return self.arith(Ops.ADD, dt, prod, self.val(u.src[2]), u=u)

@@ -37,7 +37,7 @@ import numpy as np
 from uopc.diagnostics import CompileError, Diagnostic, Loc, error
 from uopc.dtype import AddrSpace, DType, PtrDType, dtypes
 from uopc.targets import param_name
-from uopc.ops import GroupOp, Ops
+from uopc.ops import FUSED, GroupOp, Ops
 from uopc.targets.c.render import KernelParam, RenderedKernel
 from uopc.uop import UOp
 
@@ -316,6 +316,7 @@ def _alu_expr(k: _Kernel, u: UOp) -> str:
   if op is Ops.NEG: return f"(!{xs[0]})" if dt.scalar is dtypes.bool else f"(-{xs[0]})"
   if op is Ops.NOT: return f"(!{xs[0]})" if dt.scalar is dtypes.bool else f"({xs[0]}!=1)"  # NOT is CMPNE(A, 1)
   if op is Ops.TRUNC: return f"trunc({xs[0]})"
+  if op is Ops.MULACC and u.arg == FUSED: return f"fma({xs[0]}, {xs[1]}, {xs[2]})"  # rounded once
   if op is Ops.MULACC: return f"(({xs[0]}*{xs[1]})+{xs[2]})"  # two roundings, as its decomposition
   return _in_float(dt, _FLOAT_TEMPLATES[op], *xs)
 
