@@ -211,7 +211,7 @@ def _comma_list(ctx, param, value: str | None) -> tuple[str, ...] | None:
 @click.option("--opts", "pinned", multiple=True, metavar="KERNEL:OPTS|@FILE",
               help="Apply these opts to KERNEL instead of the heuristics, e.g. 'NAME__gemm_k0:SPLIT(1,8,u),SPLIT(0,4,u)' "
                    "(kernel names as --print-after optimize shows them; 'KERNEL:' alone applies none). Opts: "
-                   "SPLIT(axis,k,type[,top]) with type g l t L R G u r, PADTO(axis,m), SWAP(axis,axis), NOLOCALS, TC(axis[,tc[,stages[,tile]]]) (tensor cores, -t cuda: a float16/bfloat16 gemm; stages 0: operands read from global memory, 1: staged in shared memory in as many stages as fit (default), 2 or 3: that many; tile: tensor-core tiles a warp, -1 by size (default), 0..5 = 2x4, 4x8, 2x2, 1x2, 1x1, 4x4). "
+                   "SPLIT(axis,k,type[,top]) with type g l t L R G u r, PADTO(axis,m), SWAP(axis,axis), NOLOCALS, TC(axis[,tc[,stages[,tile]]]) (tensor cores, -t cuda: a float16/bfloat16 gemm; stages 0: operands read from global memory, 1: staged in shared memory in as many stages as fit 48 KiB (default), 2, 3 or 4: that many, up to the shared memory of the least --arch (past 48 KiB: dynamic shared memory, sm_80 163 KiB, sm_86/89 99, sm_90 227); tile: tensor-core tiles a warp, -1 by size (default), 0..5 = 2x4, 4x8, 2x2, 1x2, 1x1, 4x4, 6..8 = 4x8 a warp with 2x2, 2x4 or 4x2 warps a workgroup (128x128, 128x256, 256x128 with m16n8k16)). "
                    "@FILE reads one KERNEL:OPTS line per kernel. Repeatable.")
 @click.option("--tuning", "tuning_db", type=click.Path(dir_okay=False), metavar="DB.json",
               help="A tuning database (`uopc tune`): kernels found in it get its opts, the others the heuristics "
