@@ -10,7 +10,8 @@ Tensor programs of tests/bench/workloads.py built by `uopc build -t cuda` (the w
 Optimize's GPU heuristics): add 256M, softmax and layernorm 4096x4096 (one fused kernel each), gemm
 2048, gemm 4096 of float16 inputs with float32 sums (on the tensor cores, TC), and a 3x3 convolution of
 a 32 x 64 x 56 x 56 batch to 64 channels written with tinygrad's conv2d (torch's cuDNN conv2d with TF32
-off as the peer); each with torch's
+off as the peer); `--hgemm-opts OPTS` (repeatable) also times the float16 gemm 4096 with OPTS pinned on
+its kernel (e.g. 'TC(2,-1,4,7)'), `--hgemm-only` times only that gemm (heuristics and pins); each with torch's
 time and rate for the same computation, and bandwidths also as a share of the measured copy bandwidth
 and of the peak the driver reports (memory clock x bus width). Each time is the median of several
 runs between CUDA events; what cannot run is printed as skipped.
@@ -193,17 +194,20 @@ def bench_gemm(gpu: Driver, timer: Timer, out_dir: pathlib.Path, dt: DType) -> N
 
 
 def bench_tensor_program(gpu: Driver, timer: Timer, out_dir: pathlib.Path, w, torch_fn, rng: np.random.Generator,
-                         bandwidths: dict[str, float]) -> None:
+                         bandwidths: dict[str, float], opts: str | None = None) -> None:
   """A workload of tests/bench/workloads.py as users write it (a tensor program), built by `uopc build -t cuda`:
-  Rangeify, Optimize's GPU heuristics (grid, workgroups, GROUP_REDUCE), Expand, isel, PTX. Checked against
-  the float64 reference before it is timed; torch runs the same computation. GB/s rates are also given as
-  shares of `bandwidths` (name: GB/s)."""
+  Rangeify, Optimize's GPU heuristics (grid, workgroups, GROUP_REDUCE) or `opts` pinned on its first kernel,
+  Expand, isel, PTX. Checked against the float64 reference before it is timed; torch runs the same
+  computation. GB/s rates are also given as shares of `bandwidths` (name: GB/s)."""
   from uopc.driver import BuildOptions, build
+  from uopc.stages.optimize import parse_schedule
   f, inputs = w.program, w.inputs(rng)
-  work = out_dir / f"tp_{f.name}_{abs(hash(w.name))}"
+  work = out_dir / f"tp_{f.name}_{abs(hash((w.name, opts)))}"
   work.mkdir(parents=True)
   (work / f"{f.name}.uop").write_text(f.text())
-  lib = ctypes.CDLL(str(next(p for p in build(work / f"{f.name}.uop", BuildOptions(target="cuda", out_dir=work)) if p.suffix == ".so")))
+  schedule = parse_schedule([f"{f.name}__{f.name}_k0:{opts}"]) if opts is not None else None
+  built = build(work / f"{f.name}.uop", BuildOptions(target="cuda", out_dir=work, schedule=schedule))
+  lib = ctypes.CDLL(str(next(p for p in built if p.suffix == ".so")))
   out_arg = next(a for a in f.args if a[3])
   out = np.zeros(out_arg[1], np.float32)
   it = iter(np.ascontiguousarray(x) for x in inputs)
@@ -220,7 +224,8 @@ def bench_tensor_program(gpu: Driver, timer: Timer, out_dir: pathlib.Path, w, to
   rate = w.work / ms / 1e6  # bytes or flops per ms / 1e6 = GB/s or GFLOP/s
   vs = f"  torch {ref:.3f} ms {w.work / ref / 1e6:9.1f} {w.unit} ({ref / ms:.0%} of torch's speed)" if ref else "  (torch not installed)"
   shares = "".join(f", {rate / gbs:.0%} of {name}" for name, gbs in bandwidths.items()) if w.unit == "GB/s" else ""
-  print(f"{w.name + ' (tensor program)':34s} {ms:8.3f} ms {rate:9.1f} {w.unit}{vs}{shares}")
+  label = f"{w.name} ({opts or 'tensor program'})"
+  print(f"{label:34s} {ms:8.3f} ms {rate:9.1f} {w.unit}{vs}{shares}")
 
 
 def bench_batched_conv(gpu: Driver, timer: Timer, out_dir: pathlib.Path, n: int = 32, c: int = 64, hw: int = 56, o: int = 64) -> None:
@@ -260,6 +265,11 @@ def bench_batched_conv(gpu: Driver, timer: Timer, out_dir: pathlib.Path, n: int 
 
 
 def main() -> None:
+  import argparse
+  parser = argparse.ArgumentParser(description="uopc -t cuda against torch on this machine's GPU")
+  parser.add_argument("--hgemm-opts", action="append", default=[], metavar="OPTS", help="also time the f16 gemm 4096 with OPTS pinned")
+  parser.add_argument("--hgemm-only", action="store_true", help="time only the f16 gemm 4096 (heuristics, then each --hgemm-opts)")
+  args = parser.parse_args()
   try:
     gpu = Driver()
   except (OSError, RuntimeError) as e:
@@ -267,6 +277,9 @@ def main() -> None:
     return
   timer = Timer(gpu)
   out_dir = pathlib.Path(tempfile.mkdtemp(prefix="uopc_bench_cuda_"))
+  if args.hgemm_only:
+    bench_hgemm_pins(gpu, timer, out_dir, [None, *args.hgemm_opts])
+    return
   bandwidths = {"copy": bench_add(gpu, timer, out_dir), "peak": peak_gbs(gpu)}
   print(f"DRAM peak from the driver (memory clock x bus width): {bandwidths['peak']:.1f} GB/s")
   bench_softmax(gpu, timer, out_dir)
@@ -286,6 +299,17 @@ def main() -> None:
     bench_batched_conv(gpu, timer, out_dir)
   except Exception as e:  # noqa: BLE001
     print(f"conv3x3 batch 32: FAILED: {type(e).__name__}: {str(e)[:300]}")
+  if args.hgemm_opts: bench_hgemm_pins(gpu, timer, out_dir, args.hgemm_opts)
+
+
+def bench_hgemm_pins(gpu: Driver, timer: Timer, out_dir: pathlib.Path, pins: list[str | None]) -> None:
+  """The f16 gemm 4096 tensor program with each of `pins` pinned on its kernel (None: the heuristics)."""
+  from bench.workloads import half_gemm
+  for opts in pins:
+    try:
+      bench_tensor_program(gpu, timer, out_dir, half_gemm(4096), lambda t, a, b: a @ b, np.random.default_rng(3), {}, opts)
+    except Exception as e:  # noqa: BLE001 - one failing pin must not hide the others' numbers
+      print(f"gemm 4096 f16 ({opts}): FAILED: {type(e).__name__}: {str(e)[:300]}")
 
 
 if __name__ == "__main__":
