@@ -18,6 +18,7 @@ import pytest
 
 sys.path.insert(0, str(pathlib.Path(__file__).parent))
 from fake_cuda import build_fakes, call  # noqa: E402
+from test_cuda_gpu import gpu  # noqa: E402,F401 (a fixture)
 from test_cuda_ptx import needs_ptxas, ptxas_accepts  # noqa: E402
 from test_group_reduce import emulated  # noqa: E402
 from test_optimize import program  # noqa: E402
@@ -183,3 +184,24 @@ def test_the_launcher_compiles_cleanly(libraries, which):
     done = subprocess.run(["cc", f"-std={std}", "-Wall", "-Wextra", "-Werror", "-Wno-unused-parameter", "-fPIC", "-shared", "-fvisibility=hidden",
                            str(source), "-o", str(source.parent / f"check_{std}.so"), "-ldl", "-lpthread"], capture_output=True, text=True)
     assert done.returncode == 0, done.stderr[:4000]
+
+
+# ---- on an NVIDIA GPU (skips without one) ----------------------------------------------------------------------
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("opts", ["TC(2,-1,4,7)", "TC(2,-1,4,8)", "TC(2,-1,4,6)", "TC(2,-1,2,7)"])
+def test_dynamic_shared_gemms_on_a_cuda_gpu(gpu, tmp_path, opts):  # noqa: F811 (gpu is test_cuda_gpu's fixture)
+  import ctypes
+  from gpu_samples import call as gpu_call
+  from uopc.frontend import load_module
+  from uopc.pipeline import compile_module
+  m, k, n = 512, 288, 512  # 9 iterations of 32: every stage is refilled, the last copies read past the end
+  (tmp_path / "tc.uop").write_text(program([gemm_relu(m, k, n, "f16")]))
+  schedule = parse_schedule([f"{KERNEL}:{opts}"])
+  paths = build(tmp_path / "tc.uop", BuildOptions(target="cuda", out_dir=tmp_path / "out", schedule=schedule))
+  lib = ctypes.CDLL(str(next(p for p in paths if p.suffix == ".so")))
+  (entry,) = compile_module(load_module(str(tmp_path / "tc.uop")), "cuda", "tc", schedule=schedule)
+  x = inputs(m, k, n, "f16", seed=2)
+  got = gpu_call(gpu, lib, "tc", entry, [x["a"], x["b"], x["bias"], np.zeros((m, n), np.float32)])[3]
+  assert_gemm_relu(got, x)
