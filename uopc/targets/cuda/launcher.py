@@ -10,9 +10,9 @@ functions kept. Each launch's grid and block come from the kernel's SPECIALs (th
 the PTX assumes); symbolic sizes are computed from the DEFINE_VAR arguments, an empty grid launches
 nothing. A kernel with dynamic shared memory (past 48 KiB, `CudaKernel.shared_bytes`) has it opted in
 once per function when its module is loaded (cuFuncSetAttribute, MAX_DYNAMIC_SHARED_SIZE_BYTES) and
-passes it to each launch; a library without such kernels has neither. An entry whose kernels pass intermediate buffers allocates one workspace per call on the
-stream (`cuMemAllocAsync`) and frees it on the stream after its kernels (`cuMemFreeAsync`), so
-concurrent calls never share one.
+passes it to each launch; a library without such kernels has neither. An entry whose kernels pass
+intermediate buffers allocates one workspace per call on the stream (`cuMemAllocAsync`) and frees it
+on the stream after its kernels (`cuMemFreeAsync`), so concurrent calls never share one.
 
 Return codes: the C target's `uopc_status` for argument checks (UOPC_ERR_NO_MEMORY when the workspace
 cannot be had), and UOPC_CUDA_ERR_NO_DRIVER (libcuda.so.1 or a function missing),
