@@ -110,6 +110,18 @@ def test_emulated_4_stage_workgroup_tiles_match_the_unstaged_gemm_and_numpy(tmp_
   assert_gemm_relu(got, x)
 
 
+def test_emulated_4_stage_workgroup_tile_of_a_k_major_bfloat16_operand(tmp_path, monkeypatch):
+  from test_tc_staging import transposed_a
+  m, k, n = 256, 128, 256
+  f, x = transposed_a(m, k, n, "bf16"), inputs(m, k, n, "bf16")
+  at = dict(x, a=np.ascontiguousarray(x["a"].T))  # the program reads a stored k-major
+  (tmp_path / "a").mkdir(); (tmp_path / "b").mkdir()  # noqa: E702
+  got = emulated(tmp_path / "a", monkeypatch, f, at, "TC(2,-1,4,8)")["out"]
+  ref = emulated(tmp_path / "b", monkeypatch, f, at, "TC(2,-1,0,8)")["out"]
+  assert np.array_equal(got.view(np.uint32), ref.view(np.uint32))
+  assert_gemm_relu(got, x)
+
+
 def test_tc_pins_4_stages_and_workgroup_tiles():
   from uopc.stages.opts import TC_TILES, tile_name
   assert str(parse_opts("TC(2,-1,4,7)")[0]) == "TC(2,-1,4,7)"
