@@ -137,6 +137,13 @@ def test_tc_pins_4_stages_and_workgroup_tiles():
     _staged(gemm_relu(256, 64, 128, "f16"), "TC(2,-1,1,7)")
 
 
+def test_tile_6_in_3_stages_is_the_heuristics_kernel(tmp_path):
+  """TC's own 2 x 2 warps are the LOCAL splits the heuristics make: the same PTX, byte for byte."""
+  pinned, _ = _build(tmp_path / "pinned", "TC(2,-1,3,6)", m=2048, k=64, n=2048)
+  chosen, _ = _build(tmp_path / "chosen", None, m=2048, k=64, n=2048)
+  assert pinned == chosen and ".shared .align 16 .b8 temp0[24576];" in pinned
+
+
 def test_tune_space_has_4_stages_and_the_workgroup_tiles():
   from test_optimize import GPU, kernels_of
   from uopc.stages.optimize import type_axes
