@@ -12,10 +12,12 @@ cuLaunchKernel only records. Everything is recorded in one log, in call order:
   ["peer", ctx], ["alloc", stream, current ctx, bytes, pointer(, pool)], ["free", stream, current ctx],
   ["pool", pool, current ctx, allocation type, location type, device], ["pool_attr", pool, attribute, value],
   ["nccl_init", device...], ["group_start"], ["allreduce", device, count, dtype, op, stream, send, recv],
-  ["group_end"], ["nccl_destroy", device].
+  ["group_end"], ["nccl_destroy", device], ["attribute", kernel, attribute, value] (cuFuncSetAttribute),
+  ["shared", kernel, bytes] (after the launch of a kernel given dynamic shared memory).
 A stream s lives in context 100 + s, on device s % 10 (so streams 1 and 11: one GPU, two contexts);
 cuCtxGetDevice answers for the context on top of the stack the fake keeps. FAKE_NCCL_FAIL=r makes
-ncclAllReduce return r.
+ncclAllReduce return r; FAKE_SHARED_MAX=n makes cuFuncSetAttribute refuse (CUDA_ERROR_INVALID_VALUE) more
+dynamic shared memory than n bytes.
 """
 from __future__ import annotations
 
@@ -47,8 +49,14 @@ CUresult cuModuleGetFunction(P* f, P m, const char* name) {
   (void)m; strncpy(names[n_names], name, 127); *f = (P)(long)(++n_names); return 0; }
 CUresult cuLaunchKernel(P f, unsigned gx, unsigned gy, unsigned gz, unsigned bx, unsigned by, unsigned bz, unsigned shm,
                         P stream, void** args, void** extra) {
-  (void)gx; (void)gy; (void)gz; (void)bx; (void)by; (void)bz; (void)shm; (void)args; (void)extra;
-  LOG("[\"launch\", \"%s\", %ld, %d]", names[(long)f - 1], (long)stream, depth); return 0; }
+  (void)gx; (void)gy; (void)gz; (void)bx; (void)by; (void)bz; (void)args; (void)extra;
+  LOG("[\"launch\", \"%s\", %ld, %d]", names[(long)f - 1], (long)stream, depth);
+  if (shm) LOG("[\"shared\", \"%s\", %u]", names[(long)f - 1], shm);
+  return 0; }
+CUresult cuFuncSetAttribute(P f, int attribute, int value) {
+  LOG("[\"attribute\", \"%s\", %d, %d]", names[(long)f - 1], attribute, value);
+  const char* max = getenv("FAKE_SHARED_MAX");
+  return attribute == 8 && max != NULL && value > atoi(max) ? 1 : 0; }
 CUresult cuMemAllocAsync(unsigned long long* p, size_t n, P s) {
   *p = (unsigned long long)malloc(n); LOG("[\"alloc\", %ld, %ld, %zu, %llu]", (long)s, stub_current(), n, *p); return 0; }
 CUresult cuMemFreeAsync(unsigned long long p, P s) { free((void*)p); LOG("[\"free\", %ld, %ld]", (long)s, stub_current()); return 0; }

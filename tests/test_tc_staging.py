@@ -125,8 +125,8 @@ def test_emulator_reports_reads_of_copies_not_waited_for(tmp_path, monkeypatch):
   import uopc.stages.tc_staging as tc_staging
   from uopc.rewrite import substitute
   real = tc_staging.stage_operands
-  def no_wait(sink, trace=None, stages=None):
-    out = real(sink, trace, stages)
+  def no_wait(sink, *args):
+    out = real(sink, *args)
     return substitute(out, {u: u.replace(arg=(ASYNC, 99)) for u in out.toposort() if u.op is Ops.BARRIER})
   monkeypatch.setattr(tc_staging, "stage_operands", no_wait)
   with pytest.raises(Exception, match="which an asynchronous copy has not been waited for"):

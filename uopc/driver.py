@@ -127,7 +127,7 @@ def build(path: str | Path, opts: BuildOptions = BuildOptions()) -> list[Path]:
 
 
 def _build(path: str | Path, opts: BuildOptions, target: Target, archs: tuple[str, ...], emit: tuple[str, ...], name: str) -> list[Path]:
-  entries = _lower(str(path), opts, name, cpu_vector_bytes(opts.cpu, opts.env))
+  entries = _lower(str(path), opts, name, cpu_vector_bytes(opts.cpu, opts.env), archs)
   outputs = {k: opts.out_dir / f for k, f in target.artifacts(name, archs).items() if k in emit}
   opts.out_dir.mkdir(parents=True, exist_ok=True)
   staging = Path(tempfile.mkdtemp(prefix=f".{name}.uopc-", dir=opts.out_dir))
@@ -144,7 +144,7 @@ def _build(path: str | Path, opts: BuildOptions, target: Target, archs: tuple[st
   return list(outputs.values()) + ([opts.depfile] if opts.depfile is not None else [])
 
 
-def _lower(path: str, opts: BuildOptions, name: str, vector_bytes: int):
+def _lower(path: str, opts: BuildOptions, name: str, vector_bytes: int, archs: tuple[str, ...] = ()):
   from uopc.frontend import load_module
   from uopc.verify import verify_module
   module = load_module(path)
@@ -153,7 +153,8 @@ def _lower(path: str, opts: BuildOptions, name: str, vector_bytes: int):
   if errors: raise CompileError(errors, {module.path: module.text})
   for d in diags: current().report(d, module.text)
   printing = PrintOptions(frozenset(opts.print_before), frozenset(opts.print_after), opts.print_out or sys.stdout)
-  return compile_module(module, opts.target, name, printing, opts.schedule, opts.fast_math, vector_bytes, opts.fp_contract)
+  return compile_module(module, opts.target, name, printing, opts.schedule, opts.fast_math, vector_bytes, archs,
+                        opts.fp_contract)
 
 
 def _custom_code(module) -> list:

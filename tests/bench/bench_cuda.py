@@ -12,7 +12,9 @@ Optimize's GPU heuristics): add 256M, softmax and layernorm 4096x4096 (one fused
 a 32 x 64 x 56 x 56 batch to 64 channels written with tinygrad's conv2d (torch's cuDNN conv2d with TF32
 off as the peer); then gemm 2048 again with pinned opts (GEMM_VARIANTS: the staged tile unstaged, the
 previous heuristics' tile, 2 stages, 128 x 128 workgroups, and --fast-math, whose fma halves the
-float32 instructions); each with torch's
+float32 instructions);
+`--hgemm-opts OPTS` (repeatable) also times the float16 gemm 4096 with OPTS pinned on
+its kernel (e.g. 'TC(2,-1,4,7)'), `--hgemm-only` times only that gemm (heuristics and pins); each with torch's
 time and rate for the same computation, and bandwidths also as a share of the measured copy bandwidth
 and of the peak the driver reports (memory clock x bus width). Each time is the median of several
 runs between CUDA events; what cannot run is printed as skipped.
@@ -278,6 +280,11 @@ GEMM_VARIANTS = [  # (opts of gemm 2048's kernel, --fast-math, label); the heuri
 
 
 def main() -> None:
+  import argparse
+  parser = argparse.ArgumentParser(description="uopc -t cuda against torch on this machine's GPU")
+  parser.add_argument("--hgemm-opts", action="append", default=[], metavar="OPTS", help="also time the f16 gemm 4096 with OPTS pinned")
+  parser.add_argument("--hgemm-only", action="store_true", help="time only the f16 gemm 4096 (heuristics, then each --hgemm-opts)")
+  args = parser.parse_args()
   try:
     gpu = Driver()
   except (OSError, RuntimeError) as e:
@@ -285,6 +292,9 @@ def main() -> None:
     return
   timer = Timer(gpu)
   out_dir = pathlib.Path(tempfile.mkdtemp(prefix="uopc_bench_cuda_"))
+  if args.hgemm_only:
+    bench_hgemm_pins(gpu, timer, out_dir, [None, *args.hgemm_opts])
+    return
   bandwidths = {"copy": bench_add(gpu, timer, out_dir), "peak": peak_gbs(gpu)}
   print(f"DRAM peak from the driver (memory clock x bus width): {bandwidths['peak']:.1f} GB/s")
   bench_softmax(gpu, timer, out_dir)
@@ -309,6 +319,18 @@ def main() -> None:
     bench_batched_conv(gpu, timer, out_dir)
   except Exception as e:  # noqa: BLE001
     print(f"conv3x3 batch 32: FAILED: {type(e).__name__}: {str(e)[:300]}")
+  if args.hgemm_opts: bench_hgemm_pins(gpu, timer, out_dir, args.hgemm_opts)
+
+
+def bench_hgemm_pins(gpu: Driver, timer: Timer, out_dir: pathlib.Path, pins: list[str | None]) -> None:
+  """The f16 gemm 4096 tensor program with each of `pins` pinned on its kernel (None: the heuristics)."""
+  from bench.workloads import half_gemm
+  for opts in pins:
+    try:
+      bench_tensor_program(gpu, timer, out_dir, half_gemm(4096), lambda t, a, b: a @ b, np.random.default_rng(3), {}, opts,
+                           label=opts or "tensor program")
+    except Exception as e:  # noqa: BLE001 - one failing pin must not hide the others' numbers
+      print(f"gemm 4096 f16 ({opts}): FAILED: {type(e).__name__}: {str(e)[:300]}")
 
 
 if __name__ == "__main__":

@@ -47,9 +47,9 @@ OptOps (seed 000's table), composed left to right, each checked before it applie
   lane loads its fragments of a and b and the reduction accumulates WMMA ops; the epilogue f runs
   once per accumulator element. Then (`uopc.stages.tc_staging`) the workgroup stages each iteration's
   tiles of a and b in LOCAL memory and the lanes read their fragments from there, in as many stages as
-  fit, unless the third argument pins their number (`TC(axis, tc, stages)`: 0 for fragments straight
-  from global memory, 2 or 3) or NOLOCALS; the fourth pins the warp tile (`uopc.stages.opts.TC_TILES`,
-  else chosen by the gemm's size). TC must
+  fit 48 KiB, unless the third argument pins their number (`TC(axis, tc, stages)`: 0 for fragments straight
+  from global memory, 2, 3 or 4, within the target's `local_bytes`) or NOLOCALS; the fourth pins the warp tile,
+  and for tiles 6..8 the warps of a workgroup (`uopc.stages.opts.TC_TILES`, else chosen by the gemm's size). TC must
   be the first opt; after it, axes may still be split into LOCAL (more warps per workgroup) or padded,
   but not UPCAST or UNROLLed (a WMMA is not widened). Only -t cuda has tensor cores.
 - `STAGE[(stages)]` (-t cuda, the last opt): the inputs that a workgroup's threads read again (a float32
@@ -87,18 +87,23 @@ class TargetCaps:
   aligned_vectors: bool        # vector loads/stores need an offset that is a multiple of their width
   tensor_cores: tuple[TensorCore, ...] = ()
   max_local: int = 256         # threads of a workgroup
+  local_bytes: int = 48 * 1024  # LOCAL (shared) memory a workgroup may use: what TC's pinned stages may fill
 
 
-def target_caps(target: str, vector_bytes: int | None = None) -> TargetCaps:
+def target_caps(target: str, vector_bytes: int | None = None, archs: tuple[str, ...] = ()) -> TargetCaps:
   """CPU targets (c, llvm) and GPU targets (cuda, amd, metal). The CPU targets share the C launcher, which
   runs THREAD axes on worker threads. Both build for the portable baseline by default (x86-64's SSE:
   16-byte registers, 4 x f32); `vector_bytes` is the register width -t c builds for with `--cpu`
   (32 for AVX2, 64 for AVX-512): vector values get that many bytes' worth of f32 lanes, and the
-  heuristics size their register tiles by it."""
+  heuristics size their register tiles by it. A GPU target's `local_bytes` is the least its `Target`
+  allows a workgroup on any of `archs` (() : the target's default archs), so one plan runs on all."""
   if target == "c": return TargetCaps(target, gpu=False, threads=True, vector_width=(vector_bytes or 16) // 4, aligned_vectors=False)
   if target == "llvm": return TargetCaps(target, gpu=False, threads=True, vector_width=4, aligned_vectors=False)
+  from uopc.targets import get_target  # a GPU target's own limits
+  t = get_target(target)
+  local = min(map(t.local_bytes, archs or t.default_archs), default=TargetCaps.local_bytes) if t.local_bytes else TargetCaps.local_bytes
   tensor_cores = CUDA_TENSOR_CORES if target == "cuda" else ()
-  return TargetCaps(target, gpu=True, threads=False, vector_width=4, aligned_vectors=True, tensor_cores=tensor_cores)
+  return TargetCaps(target, gpu=True, threads=False, vector_width=4, aligned_vectors=True, tensor_cores=tensor_cores, local_bytes=local)
 
 
 # ---- axes ------------------------------------------------------------------------------------------------
@@ -520,10 +525,11 @@ def optimize(sink: UOp, kernel: str, caps: TargetCaps, pinned: tuple[Opt, ...] |
   stages = tc.arg[1] if tc is not None and len(tc.arg) > 1 else TC_AUTO_STAGES
   if caps.gpu and stages and not any(o.op is OptOp.NOLOCALS for o in opts):
     from uopc.stages.tc_staging import stage_operands  # it builds on this module's types
-    staged = stage_operands(sink, trace, None if stages == TC_AUTO_STAGES else stages)
+    staged = stage_operands(sink, trace, None if stages == TC_AUTO_STAGES else stages, caps.local_bytes)
     if staged is sink and stages != TC_AUTO_STAGES:
       raise CompileError([error(None, f"kernel {kernel}: cannot apply {tc}: its operand tiles cannot be staged in {stages} stages "
-                                      f"(they must fit 48 KiB of LOCAL memory and the reduction must have {stages - 1} iterations or more)")])
+                                      f"(they must fit {caps.local_bytes // 1024} KiB of LOCAL memory, the least of the build's archs, "
+                                      f"and the reduction must have {stages - 1} iterations or more)")])
     sink = staged
   out = KernelSchedule(sink, opts, caps)
   for old, new in trace: relocate(old, new)

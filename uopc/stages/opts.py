@@ -16,10 +16,19 @@ from uopc.ops import AxisType
 
 
 TC_AUTO_STAGES = 1          # TC's stages argument: staged in LOCAL memory, as many stages as fit (the default)
-TC_STAGE_COUNTS = (2, 3)     # ... or exactly this many
-TC_TILES = ((2, 4), (4, 8), (2, 2), (1, 2), (1, 1), (4, 4))  # TC's tile argument: tensor-core tiles per warp along (m, n)
+TC_STAGE_COUNTS = (2, 3, 4)  # ... or exactly this many (more than 48 KiB: dynamic shared memory, where the archs have it)
 STAGE_AUTO = 1              # STAGE's argument: inputs staged in LOCAL memory, as many stages as fit (the default) ...
 STAGE_COUNTS = (2, 3)        # ... or exactly this many (uopc.stages.local_staging)
+# TC's tile argument: (tensor-core tiles per warp along m, along n, warps per workgroup along m, along n);
+# 1 x 1 warps: one warp a workgroup unless later SPLITs to LOCAL add some, more: TC makes those LOCAL axes
+TC_TILES = ((2, 4, 1, 1), (4, 8, 1, 1), (2, 2, 1, 1), (1, 2, 1, 1), (1, 1, 1, 1), (4, 4, 1, 1),
+            (4, 8, 2, 2), (4, 8, 2, 4), (4, 8, 4, 2))
+
+
+def tile_name(i: int) -> str:
+  """TC_TILES[i] as --help and errors show it: `4 x 8` or `4 x 8 (2 x 4 warps)`."""
+  m, n, wm, wn = TC_TILES[i]
+  return f"{m} x {n}" + (f" ({wm} x {wn} warps)" if wm * wn > 1 else "")
 
 
 class OptOp(enum.Enum):
@@ -87,7 +96,7 @@ def _opt(name: str, args: list[str], loc: Loc | None, col: int) -> Opt:
       raise fail(f"stages must be 0 (fragments from global memory), 1 (staged in LOCAL memory, as many as fit: the default) "
                  f"or {' or '.join(map(str, TC_STAGE_COUNTS))}")
     if not -1 <= choice[2] < len(TC_TILES):
-      raise fail(f"tile must be -1 (chosen by size) or 0..{len(TC_TILES) - 1}: " + ", ".join(f"{i} = {m} x {n}" for i, (m, n) in enumerate(TC_TILES)))
+      raise fail(f"tile must be -1 (chosen by size) or 0..{len(TC_TILES) - 1}: " + ", ".join(f"{i} = {tile_name(i)}" for i in range(len(TC_TILES))))
     while len(choice) > 1 and choice[-1] == (-1, TC_AUTO_STAGES, -1)[len(choice) - 1]: choice.pop()  # printed without defaults
     return Opt(op, axis, tuple(choice))
   if op is OptOp.SPLIT:

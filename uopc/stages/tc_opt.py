@@ -20,7 +20,7 @@ from uopc.ops import AxisType, Ops
 from uopc.rewrite import substitute
 from uopc.stages.opts import TC_TILES
 from uopc.stages.optimize import (Opt, OptError, OptOp, TargetCaps, Trace, _axis, _is_global, _memory_ops, _Planner, _range,
-                                  accumulator_update, axis_size, axis_type, kernel_axes, note, root_buffer, scopes)
+                                  accumulator_update, apply_opt, axis_size, axis_type, kernel_axes, note, root_buffer, scopes)
 from uopc.stages.tensor_cores import WARP_SIZE, TensorCore
 from uopc.symbolic import simplify
 from uopc.uop import UOp
@@ -100,16 +100,19 @@ def tensor_core(sink: UOp, opt: Opt, caps: TargetCaps, trace: Trace | None) -> U
   fragments. A warp computes up to 2 x 4 tensor-core tiles (TC_WARP_TILES), so that each fragment of a
   it loads serves 4 WMMAs and each of b serves 2; a reduction iteration takes TC_K_STEPS K-steps where
   they divide, each tile's WMMAs chained in k order (fewer, larger iterations: fewer barriers once the
-  operands are staged in LOCAL memory, `uopc.stages.tc_staging`)."""
+  operands are staged in LOCAL memory, `uopc.stages.tc_staging`). A pinned tile (TC_TILES) sets the
+  warp tile, and the warps per workgroup where it names more than one (LOCAL splits of the tile axes)."""
   if not caps.tensor_cores: raise OptError(f"target {caps.name} has no tensor cores")
   axes = kernel_axes(sink)
   g = _gemm(sink, _axis(axes, opt.axis))
   tc = _pick_tensor_core(g, caps, opt.arg[0])
   (tm, tn, tk), idx = tc.dims, dtypes.index
-  if len(opt.arg) > 2 and opt.arg[2] >= 0:  # a pinned warp tile
-    wm, wn = TC_TILES[opt.arg[2]]
-    if axis_size(g.m) % (tm * wm) or axis_size(g.n) % (tn * wn):
-      raise OptError(f"tile {opt.arg[2]} ({wm} x {wn} tensor-core tiles a warp) does not divide M x N = {axis_size(g.m)} x {axis_size(g.n)}")
+  pm = pn = 1  # warps per workgroup along m and n that TC makes
+  if len(opt.arg) > 2 and opt.arg[2] >= 0:  # a pinned tile
+    wm, wn, pm, pn = TC_TILES[opt.arg[2]]
+    if axis_size(g.m) % (tm * wm * pm) or axis_size(g.n) % (tn * wn * pn):
+      group = f", {pm} x {pn} warps: {tm * wm * pm} x {tn * wn * pn} a workgroup" if pm * pn > 1 else ""
+      raise OptError(f"tile {opt.arg[2]} ({wm} x {wn} tensor-core tiles a warp{group}) does not divide M x N = {axis_size(g.m)} x {axis_size(g.n)}")
   else: wm, wn = tc_warp_tile(axis_size(g.m), axis_size(g.n), tc)
   ks = next(s for s in TC_K_STEPS if axis_size(g.k) % (tk * s) == 0)
   m, n, k = (_range(axis_size(r) // t, r.arg[0], axis_type(r)) for r, t in ((g.m, tm * wm), (g.n, tn * wn), (g.k, tk * ks)))
@@ -152,7 +155,15 @@ def tensor_core(sink: UOp, opt: Opt, caps: TargetCaps, trace: Trace | None) -> U
   out = UOp(Ops.SINK, dtypes.void, (out,))
   if {g.m, g.n, g.k} & set(out.toposort()): raise OptError("TC could not move every use of the gemm's axes onto its tiles")
   note(trace, sink, out)
-  return out
+  return _workgroup_warps(out, kernel_axes(out).index(m), pm, kernel_axes(out).index(n), pn, caps, trace)
+
+
+def _workgroup_warps(sink: UOp, im: int, pm: int, in_: int, pn: int, caps: TargetCaps, trace: Trace | None) -> UOp:
+  """sink with pn warps along the n tile axis (at index in_) and pm along m (at im < in_), LOCAL splits as the
+  heuristics make them: n's first, so that m's index still holds."""
+  for i, k in ((in_, pn), (im, pm)):
+    if k > 1: sink = apply_opt(sink, Opt(OptOp.SPLIT, i, (k, AxisType.LOCAL, False)), caps, first=False, trace=trace)
+  return sink
 
 
 def _without_ends(sink: UOp, ends: Mapping[UOp, UOp]) -> UOp:

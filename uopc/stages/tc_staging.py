@@ -22,7 +22,9 @@ How the tile is found, from the IR alone (no knowledge of how TC built it):
   split checked against the numeric offsets for every thread;
 - the LOCAL tile is R rows of C elements whose 16-byte chunks are swizzled (`_Layout`; rows padded by
   one chunk where they cannot be), so that a warp's reads of 8 consecutive rows hit different banks;
-  it has up to 3 stages (iterations in flight, as many as fit 48 KiB): each iteration starts the
+  it has several stages (iterations in flight: by default the most of STAGES that fit MAX_LOCAL_BYTES,
+  the static shared memory of every GPU; a pinned count, 2 to 4, may fill the target's `local_bytes`,
+  which the PTX renderer makes dynamic shared memory past 48 KiB): each iteration starts the
   asynchronous copies of a later one, then waits for its own, and its fragments are warp-wide matrix
   loads (ldmatrix) where their layout allows, else 32-bit or 16-bit reads.
 
@@ -43,8 +45,8 @@ from uopc.symbolic import simplify
 from uopc.uop import UOp
 
 VECTOR_BYTES = 16             # bytes a thread copies at once
-MAX_LOCAL_BYTES = 48 * 1024   # static shared memory a workgroup may use (every CUDA arch)
-STAGES = (3, 2)               # tiles in flight: the most that fit MAX_LOCAL_BYTES
+MAX_LOCAL_BYTES = 48 * 1024   # static shared memory a workgroup may use (every CUDA arch): what STAGES fill
+STAGES = (3, 2)               # tiles in flight when not pinned: the most that fit MAX_LOCAL_BYTES
 _BLOCK = (AxisType.GLOBAL, AxisType.REDUCE)
 _THREAD = (AxisType.LOCAL, AxisType.WARP)
 
@@ -254,10 +256,10 @@ def _fragment(stack: UOp, where: dict) -> UOp:
   return stack.replace(src=tuple(lanes))
 
 
-def stage_operands(sink: UOp, trace=None, stages: int | None = None) -> UOp:
+def stage_operands(sink: UOp, trace=None, stages: int | None = None, local_bytes: int = MAX_LOCAL_BYTES) -> UOp:
   """sink with its tensor-core operands staged in LOCAL tiles (module docstring), in `stages` stages
-  (None: the most of STAGES that fit); unchanged where not."""
-  counts = STAGES if stages is None else (stages,)
+  within `local_bytes` (None: the most of STAGES that fit MAX_LOCAL_BYTES); unchanged where not."""
+  counts, budget = (STAGES, MAX_LOCAL_BYTES) if stages is None else ((stages,), local_bytes)
   wmmas = [u for u in sink.toposort() if u.op is Ops.WMMA]
   if not wmmas: return sink
   axes = [u for u in sink.toposort() if u.op is Ops.RANGE and isinstance(u.arg, tuple) and len(u.arg) == 2]
@@ -286,7 +288,7 @@ def stage_operands(sink: UOp, trace=None, stages: int | None = None) -> UOp:
   trips = k.src[0].arg
   layouts = [_Layout(p[3], p[4], op.buf.dtype.base.itemsize) for op, p in plans]
   tile_bytes = sum(p[2] * lay.pitch * op.buf.dtype.base.itemsize for (op, p), lay in zip(plans, layouts))
-  stages = next((n for n in counts if n * tile_bytes <= MAX_LOCAL_BYTES and n - 1 <= trips), 0)
+  stages = next((n for n in counts if n * tile_bytes <= budget and n - 1 <= trips), 0)
   if not stages or any((p[2] * p[3] // p[4]) % count for _, p in plans): return sink
   tiles = []
   for n, ((op, (block, s, rows, cols, v, splits)), layout) in enumerate(zip(plans, layouts)):

@@ -45,6 +45,7 @@ class Target:
   artifacts: Callable[[str, tuple[str, ...]], dict[str, str]]  # (NAME, archs) -> {kind: file name}, in --help's order
   build: Callable[[BuildRequest], dict[str, Path]]  # writes the requested kinds, returns {kind: path}
   default_archs: tuple[str, ...] = ()
+  local_bytes: Callable[[str], int] | None = None  # GPU: the LOCAL (shared) memory a workgroup may use on an arch (None: 48 KiB)
 
   def render_stage(self, loc_of: Callable[[Any], Loc | None], fast_math: bool = False) -> Callable[[Any, str], Any]:
     return lambda linear, kernel_name: self.render(linear, kernel_name, loc_of, fast_math)

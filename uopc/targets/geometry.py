@@ -92,14 +92,15 @@ def size_expr(size, var_names: dict[str, str]) -> str:
 
 
 def launch_block(prefix: str, index: int, kernel, by_key: dict, offsets: dict[int, int], workspace_local: str,
-                 on_error: str, indent: str, datas: dict[int, int] | None = None, data_local: str = "") -> list[str]:
+                 on_error: str, indent: str, datas: dict[int, int] | None = None, data_local: str = "", shared: bool = False) -> list[str]:
   """C statements of a GPU launcher that launch `kernel` through `{prefix}__launch(functions[index], grid,
   block, stream, args)`: locals for its intermediate buffers (`workspace_local` formatted with `i` and
   `offset`: a pointer into the workspace, made a local so that the argument array can point at it) and
   for its constant data (`datas`: slot -> index in the library's data table; `data_local` formatted with
   `i` and `k`, the index: the device copy of that data), its arguments in signature order, its grid and
   block as C int64_t expressions over the entry's size arguments, and `on_error` (a statement) when the
-  launch fails; each line starts with `indent`."""
+  launch fails; each line starts with `indent`. With `shared`, the kernel's dynamic shared memory
+  (`kernel.shared_bytes`) follows the block: `__launch(functions[index], grid, block, bytes, stream, args)`."""
   var_names = {a.key: a.c_name for a in by_key.values() if a.kind == "var"}
   datas = datas or {}
   locals_, actual = [], []
@@ -116,6 +117,6 @@ def launch_block(prefix: str, index: int, kernel, by_key: dict, offsets: dict[in
   lines = [f"{{ /* {kernel.name} */", *locals_,
            f"  void* args[] = {{{', '.join(f'(void*)&{a}' for a in actual) or 'NULL'}}};",
            f"  const int64_t grid[3] = {{{grid}}}, block[3] = {{{block}}};",
-           f"  status = {prefix}__launch(functions[{index}], grid, block, stream, args);",
+           f"  status = {prefix}__launch(functions[{index}], grid, block, {f'{kernel.shared_bytes}, ' if shared else ''}stream, args);",
            f"  if (status != UOPC_OK) {on_error};", "}"]
   return [indent + line for line in lines]

@@ -11,15 +11,15 @@ from uopc.targets.geometry import launch_block
 
 
 def entry_launches(prefix: str, entry: EntryKernels, args: list[EntryArg], first: int, workspace_local: str,
-                   on_error: str, indent: str, table: Sequence[bytes] = (), data_local: str = "") -> list[str]:
+                   on_error: str, indent: str, table: Sequence[bytes] = (), data_local: str = "", shared: bool = False) -> list[str]:
   """The C statements that launch each of `entry`'s kernels (see `launch_block` for `workspace_local`,
-  `data_local`, `on_error` and `indent`); `first` is the index of its first kernel in the loader's
+  `data_local`, `on_error`, `indent` and `shared`); `first` is the index of its first kernel in the loader's
   function table, `table` the library's constant data (`uopc.embedded_data.data_table`)."""
   by_key = {(a.kind, a.key): a for a in args}
   offsets = dict(entry.workspace.offsets) if entry.workspace else {}
   datas = slot_data(entry, table)
   return [line for i, kernel in launched(entry)
-          for line in launch_block(prefix, first + i, kernel, by_key, offsets, workspace_local, on_error, indent, datas, data_local)]
+          for line in launch_block(prefix, first + i, kernel, by_key, offsets, workspace_local, on_error, indent, datas, data_local, shared)]
 
 
 def data_of(prefix: str, functions: str, ctype: str) -> str:

@@ -35,7 +35,7 @@ def tuned_schedule(file: str, db_path: str, target: str, lib: str, archs: tuple[
   module = load_checked(file)
   # a GPU build for several archs takes the entry of the first arch that has one
   arch_list = list(dict.fromkeys(key_arch(target, cpu, (a,)) for a in (archs or get_target(target).default_archs))) or [key_arch(target, cpu, ())]
-  caps = _caps(target, cpu, env)
+  caps = _caps(target, cpu, env, archs)
   schedule, uses = dict(pinned or {}), []
   for k in program_kernels(module, target, lib, arch_list[0], SPACE_VERSION):
     if k.name in schedule:
@@ -48,10 +48,10 @@ def tuned_schedule(file: str, db_path: str, target: str, lib: str, archs: tuple[
   return schedule, uses
 
 
-def _caps(target: str, cpu: str, env: Mapping[str, str]):
+def _caps(target: str, cpu: str, env: Mapping[str, str], archs: tuple[str, ...] = ()):
   from uopc.driver import cpu_vector_bytes
   from uopc.stages.optimize import target_caps
-  return target_caps(target, cpu_vector_bytes(cpu, env) if target == "c" else None)
+  return target_caps(target, cpu_vector_bytes(cpu, env) if target == "c" else None, archs)
 
 
 def _opts(text: str) -> tuple:

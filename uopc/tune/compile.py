@@ -47,7 +47,7 @@ def build_candidate(job: Job) -> Built:
   from uopc.tools import ToolFailure
   try:
     name = kernel_name(LIB, ENTRY, 0)  # the launcher calls its entry's kernel by this name
-    stages = [s for s in pipeline(job.target, schedule={name: job.opts}, vector_bytes=job.vector_bytes) if s.name not in TENSOR_STAGES]
+    stages = [s for s in pipeline(job.target, schedule={name: job.opts}, vector_bytes=job.vector_bytes, archs=job.archs) if s.name not in TENSOR_STAGES]
     kernel = run_kernel_stages(stages, job.sink, name, PrintOptions())
     out = Path(job.out_dir)
     out.mkdir(parents=True, exist_ok=True)

@@ -7,9 +7,11 @@ seed 000's table that `apply_opt` accepts on S:
   workgroup threads on a GPU, both sides there), THREAD (t, CPU targets), LOCAL (l, GPUs);
 - PADTO of an axis to a multiple it is not already of (PADS);
 - SWAP of two axes of one type; NOLOCALS on a GPU; TC (tensor cores) as the first opt on -t cuda, with
-  its operand tiles staged in shared memory in as many stages as fit, in 2 or 3, or not at all, and
-  each warp tile of TC_TILES; STAGE(2) and STAGE(3) on -t cuda without TC (the re-read inputs staged in
-  shared memory, uopc.stages.local_staging: the last opt, so a staged kernel has no children).
+  its operand tiles staged in shared memory in as many stages as fit, in 2, 3 or 4, or not at all, and
+  each tile of TC_TILES; the tiles that make several warps a workgroup also with 3 and 4 stages
+  (BIG_TILE_STAGES: more than 48 KiB, dynamic shared memory, where the target's archs give it); STAGE(2)
+  and STAGE(3) on -t cuda without TC (the re-read inputs staged in shared memory,
+  uopc.stages.local_staging: the last opt, so a staged kernel has no children).
 A child whose vector lanes (the product of its UPCAST, UNROLL and CPU GROUP_REDUCE sizes) exceed
 MAX_LANES (or the heuristics' own, when larger) is left out: its code size costs compile time for
 nothing.
@@ -26,7 +28,7 @@ from uopc.stages.optimize import (Opt, OptError, OptOp, TargetCaps, apply_opt, a
 from uopc.stages.opts import STAGE_COUNTS, TC_AUTO_STAGES, TC_STAGE_COUNTS, TC_TILES
 from uopc.uop import UOp
 
-SPACE_VERSION = 4
+SPACE_VERSION = 5
 UPCASTS = (2, 3, 4, 8, 16)
 UNROLLS = (2, 4, 8, 16)
 CPU_GROUPS = (4, 8, 16, 32)
@@ -35,6 +37,7 @@ LOCALS = (2, 4, 8, 16, 32, 64, 128, 256)
 THREADS = (2, 4, 8, 16, 32, 64)
 PADS = (8, 32)
 MAX_LANES = 512
+BIG_TILE_STAGES = (3, 4)
 
 
 def _splits(t: AxisType, size: int, caps: TargetCaps) -> list[tuple[int, bool, AxisType]]:
@@ -57,8 +60,10 @@ def actions(sink: UOp, opts: tuple[Opt, ...], caps: TargetCaps) -> list[Opt]:
   out: list[Opt] = []
   if any(o.op is OptOp.STAGE for o in opts): return out  # STAGE is the last opt
   if caps.name == "cuda" and not any(o.op is OptOp.TC for o in opts): out += [Opt(OptOp.STAGE, None, n) for n in STAGE_COUNTS]
-  if not opts and caps.tensor_cores:  # every staging (none, as many as fit, 2, 3) and warp tile (by size, or each of TC_TILES)
-    args = [(-1,), (-1, 0), *((-1, n) for n in TC_STAGE_COUNTS), *((-1, TC_AUTO_STAGES, t) for t in range(len(TC_TILES)))]
+  if not opts and caps.tensor_cores:  # every staging (none, as many as fit, 2 to 4) and tile (by size, or each of TC_TILES)
+    groups = [t for t, (_, _, wm, wn) in enumerate(TC_TILES) if wm * wn > 1]
+    args = [(-1,), (-1, 0), *((-1, n) for n in TC_STAGE_COUNTS), *((-1, TC_AUTO_STAGES, t) for t in range(len(TC_TILES))),
+            *((-1, n, t) for t in groups for n in BIG_TILE_STAGES)]
     out += [Opt(OptOp.TC, i, arg) for i, r in enumerate(axes) if is_axis(r) and axis_type(r) is AxisType.REDUCE for arg in args]
   for i, r in enumerate(axes):
     if not is_axis(r) or not isinstance(size := axis_size(r), int): continue

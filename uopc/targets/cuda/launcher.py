@@ -8,19 +8,23 @@ loads `libcuda.so.1` with dlopen (pthread_once) and calls `cuInit`. The module i
 calling thread's current context (`cuCtxGetCurrent`) once per context, under a mutex, and its
 functions kept. Each launch's grid and block come from the kernel's SPECIALs (the same geometry
 the PTX assumes); symbolic sizes are computed from the DEFINE_VAR arguments, an empty grid launches
-nothing. An entry whose kernels pass intermediate buffers allocates one workspace per call on the
-stream and frees it on the stream after its kernels (`cuMemFreeAsync`), so concurrent calls never
-share one; it comes from the library's own memory pool on the context's device (`cuMemPoolCreate`
-when the module is loaded there, `cuMemAllocFromPoolAsync`), which keeps freed memory for reuse (no
-release threshold: it holds the most that calls in flight together used), so that a call after a
-synchronization reuses the memory of the one before instead of mapping new memory (the device's
-default pool gives freed memory back at every synchronization: 50-80 us more a call on an H100 for a
-small model); the application's default pool is untouched.
+nothing. A kernel with dynamic shared memory (past 48 KiB, `CudaKernel.shared_bytes`) has it opted in
+once per function when its module is loaded (cuFuncSetAttribute, MAX_DYNAMIC_SHARED_SIZE_BYTES) and
+passes it to each launch; a library without such kernels has neither. An entry whose kernels pass
+intermediate buffers allocates one workspace per call on the stream and frees it on the stream after
+its kernels (`cuMemFreeAsync`), so concurrent calls never share one; it comes from the library's own
+memory pool on the context's device (`cuMemPoolCreate` when the module is loaded there,
+`cuMemAllocFromPoolAsync`), which keeps freed memory for reuse (no release threshold: it holds the
+most that calls in flight together used), so that a call after a synchronization reuses the memory of
+the one before instead of mapping new memory (the device's default pool gives freed memory back at
+every synchronization: 50-80 us more a call on an H100 for a small model); the application's default
+pool is untouched.
 
 Return codes: the C target's `uopc_status` for argument checks (UOPC_ERR_NO_MEMORY when the workspace
 cannot be had), and UOPC_CUDA_ERR_NO_DRIVER (libcuda.so.1 or a function missing),
 UOPC_CUDA_ERR_NO_CONTEXT (no current context), UOPC_CUDA_ERR_LAUNCH_SIZE (a grid dimension out of
 range), UOPC_CUDA_ERR_CONTEXTS (more contexts than the library keeps modules for),
+UOPC_CUDA_ERR_SHARED_MEMORY (the GPU cannot give a kernel its shared memory),
 UOPC_CUDA_ERR_NO_NCCL (PREFIX_nccl_init where NCCL is off), UOPC_CUDA_ERR_DRIVER + e for a CUresult e,
 or UOPC_CUDA_ERR_NCCL + r for an ncclResult_t r (`uopc/targets/cuda/nccl.py`); PREFIX_strerror(code)
 describes each, through cuGetErrorString / ncclGetErrorString for the driver's and NCCL's.
@@ -40,6 +44,8 @@ CUDA_STATUS = (("UOPC_CUDA_ERR_NO_DRIVER", 100, "libcuda.so.1 (the CUDA driver) 
                ("UOPC_CUDA_ERR_LAUNCH_SIZE", 102, "a grid dimension is outside what a CUDA launch accepts"),
                ("UOPC_CUDA_ERR_CONTEXTS", 103, "more CUDA contexts used this library than it keeps modules for"),
                *nccl.STATUS,
+               ("UOPC_CUDA_ERR_SHARED_MEMORY", 105, "a kernel needs more shared memory per workgroup than this GPU gives "
+                                                    "(build it for this GPU's --arch)"),
                ("UOPC_CUDA_ERR_DRIVER", 1000, "the CUDA driver reported an error"))
 MAX_CONTEXTS = 64
 _DRIVER_FUNCTIONS = (  # (field, symbol, signature)
@@ -160,6 +166,26 @@ def _image(prefix: str, image: bytes) -> str:
   return f"static const unsigned char {prefix}__image[] __attribute__((aligned(16))) = {{\n  " + ",\n  ".join(rows) + "\n};"
 
 
+SHARED_FUNCTIONS = (  # loaded only by libraries with kernels of dynamic shared memory
+  ("FuncSetAttribute", "cuFuncSetAttribute", "CUresult (*{})(CUfunction, int, int)"),
+)
+CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES = 8
+CUDA_ERROR_INVALID_VALUE = 1  # what cuFuncSetAttribute answers for more than the device's opt-in maximum
+
+
+def _shared(p: str, shared: Sequence[int]) -> tuple[str, str]:
+  """The dynamic shared memory of each kernel (declarations), and the statements of `load_module(c)`
+  that opt each kernel that has some in to it, once per function."""
+  if not any(shared): return "", ""
+  decls = f"static const int {p}__shared_bytes[{p}__NUM_KERNELS] = {{{', '.join(map(str, shared))}}};\n"
+  load = f"""    if ({p}__shared_bytes[k] > 0) {{  /* more than the 48 KiB every GPU gives: opt in */
+      err = {p}__cu.FuncSetAttribute({p}__functions[c][k], {CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES} /* MAX_DYNAMIC_SHARED_SIZE_BYTES */, {p}__shared_bytes[k]);
+      if (err != 0) return err == {CUDA_ERROR_INVALID_VALUE} /* CUDA_ERROR_INVALID_VALUE */ ? UOPC_CUDA_ERR_SHARED_MEMORY : UOPC_CUDA_ERR_DRIVER + err;
+    }}
+"""
+  return decls, load
+
+
 DATA_FUNCTIONS = (  # loaded only by libraries with constant data, which they copy to each context
   ("MemAlloc", "cuMemAlloc_v2", "CUresult (*{})(CUdeviceptr*, size_t)"),
   ("MemcpyHtoD", "cuMemcpyHtoD_v2", "CUresult (*{})(CUdeviceptr, const void*, size_t)"),
@@ -184,14 +210,16 @@ enum {{ {p}__NUM_DATA = {len(table)} }};
 
 
 def _runtime(prefix: str, image: bytes, kernels: list[str], multi: bool = False, single: bool = True,
-             table: Sequence[bytes] = (), workspace: int = 0) -> str:
+             table: Sequence[bytes] = (), workspace: int = 0, shared: Sequence[int] = ()) -> str:
   """The embedded image and the driver loader; `multi`/`single`: whether entries on several devices / on one exist;
-  `table`: the library's constant data; `workspace`: the largest workspace of a single-device entry (0: none)."""
+  `table`: the library's constant data; `workspace`: the largest workspace of a single-device entry (0: none);
+  `shared`: each kernel's dynamic shared memory."""
   p = prefix
   functions = _DRIVER_FUNCTIONS + (multi_device.DRIVER_FUNCTIONS if multi else ()) + (DATA_FUNCTIONS if table else ()) + \
-    (POOL_FUNCTIONS if workspace else ())
+    (POOL_FUNCTIONS if workspace else ()) + (SHARED_FUNCTIONS if any(shared) else ())
   data_decls, data_load = _data(p, table)
   pool_decls, pool_load = _pool(p, workspace)
+  shared_decls, shared_load = _shared(p, shared)
   fields = "\n".join(f"  {sig.format(field)};" for field, _, sig in functions)
   loads = "\n".join(f'  *(void**)&{p}__cu.{field} = dlsym(lib, "{symbol}");' for field, symbol, _ in functions)
   all_loaded = " && ".join(f"{p}__cu.{field}" for field, _, _ in functions)
@@ -215,7 +243,7 @@ static pthread_mutex_t {p}__module_lock = PTHREAD_MUTEX_INITIALIZER;
 static CUcontext {p}__contexts[{p}__MAX_CONTEXTS];
 static CUfunction {p}__functions[{p}__MAX_CONTEXTS][{p}__NUM_KERNELS];
 static int {p}__num_contexts;
-{data_decls}{pool_decls}
+{shared_decls}{data_decls}{pool_decls}
 static void {p}__load_cuda(void) {{
   void* lib = dlopen("libcuda.so.1", RTLD_NOW | RTLD_LOCAL);
   if (lib == NULL) return;
@@ -231,7 +259,7 @@ static int {p}__load_module(int c) {{
   for (int k = 0; k < {p}__NUM_KERNELS; k++) {{
     err = {p}__cu.ModuleGetFunction(&{p}__functions[c][k], module, {p}__kernel_names[k]);
     if (err != 0) return UOPC_CUDA_ERR_DRIVER + err;
-  }}
+{shared_load}  }}
 {data_load}{pool_load}  return UOPC_OK;
 }}
 
@@ -252,14 +280,14 @@ static int {p}__functions_of(CUcontext ctx, CUfunction** out) {{
 
 {current}
 
-static int {p}__launch(CUfunction fn, const int64_t grid[3], const int64_t block[3], CUstream stream, void** args) {{
+static int {p}__launch(CUfunction fn, const int64_t grid[3], const int64_t block[3], unsigned shared, CUstream stream, void** args) {{
   const int64_t max_grid[3] = {{INT64_C(2147483647), INT64_C(65535), INT64_C(65535)}};
   for (int d = 0; d < 3; d++) {{
     if (grid[d] == 0) return UOPC_OK;  /* nothing to run */
     if (grid[d] < 0 || grid[d] > max_grid[d]) return UOPC_CUDA_ERR_LAUNCH_SIZE;
   }}
   CUresult err = {p}__cu.LaunchKernel(fn, (unsigned)grid[0], (unsigned)grid[1], (unsigned)grid[2],
-    (unsigned)block[0], (unsigned)block[1], (unsigned)block[2], 0, stream, args, NULL);
+    (unsigned)block[0], (unsigned)block[1], (unsigned)block[2], shared, stream, args, NULL);
   return err == 0 ? UOPC_OK : UOPC_CUDA_ERR_DRIVER + err;
 }}"""
 
@@ -293,7 +321,7 @@ def _wrapper(prefix: str, entry: EntryKernels, first: int, table: Sequence[bytes
   args = entry_args(entry)
   # the launches sit inside a do-while: a failed one breaks out, so that the workspace is still freed
   launches = entry_launches(prefix, entry, args, first, "CUdeviceptr ws{i} = workspace + {offset};", "break", "    ",
-                            table, _data_local(prefix))
+                            table, _data_local(prefix), shared=True)
   alloc, free = [], []
   if entry.workspace is not None:
     alloc = ["  CUdeviceptr workspace = 0;",
@@ -330,6 +358,7 @@ def render_source(name: str, entries: Sequence[EntryKernels], image: bytes) -> s
   single = not all(multi_device.entry_devices(e) for e in entries)
   table = data_table(entries)
   workspace = max((e.workspace.size for e in entries if e.workspace is not None and not multi_device.entry_devices(e)), default=0)
-  runtime = _runtime(prefix, image, kernels, multi, single, table, workspace) + ("\n\n" + multi_device.runtime(prefix) if multi else "")
+  shared = [k.shared_bytes for e in entries for k in e.kernels]
+  runtime = _runtime(prefix, image, kernels, multi, single, table, workspace, shared) + ("\n\n" + multi_device.runtime(prefix) if multi else "")
   return launcher_source(name, f"{name}_cuda.c", entries, render_header(name, entries), runtime,
                          lambda e, first: _wrapper(prefix, e, first, table), _accessors(prefix, len(entries), multi))

@@ -210,7 +210,7 @@ class _Entry:
     if ln.copy is None:
       offsets = {s: self.pointer(s) for s in self.offsets}
       return launch_block(self.p, self.first + k, kernel, self.by_key, offsets, "CUdeviceptr ws{i} = {offset};", "break", "    ",
-                          self.datas, self.data_local)
+                          self.datas, self.data_local, shared=True)
     dst, src = ln.buffer(ln.copy.dst), ln.buffer(ln.copy.src)
     size = src.dtype.itemsize
     return [f"      status = {self.p}__copy({self.pointer(dst.slot)}, ctxs[{self.index(dst.device)}], {self.pointer(src.slot)} + "

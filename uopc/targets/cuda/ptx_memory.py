@@ -5,6 +5,10 @@ takes; its module docstring states the register conventions.
 
 Invariant: a REG buffer indexed only at constant offsets lives in registers (`_RegArray`), every other
 BUFFER is a `.shared` (LOCAL) or `.local` (REG) array; vectors move in accesses of at most 16 bytes.
+A kernel's LOCAL buffers are static `.shared` arrays while they total at most STATIC_SHARED_BYTES (each
+rounded up to 16 bytes); past that they all live in the module's one dynamic shared array
+(DYNAMIC_SHARED, `.extern`, declared by `render_module`), each at a 16-byte aligned offset in the order
+the kernel declares them, and the launch passes their total (`shared_layout`).
 """
 from __future__ import annotations
 
@@ -15,6 +19,7 @@ from uopc.dtype import AddrSpace, DType, PtrDType, dtypes
 from uopc.ops import Ops
 from uopc.stages.tensor_cores import ASYNC, LDMATRIX
 from uopc.targets.cuda.ptx_types import _HALF, _mov_type, _root, int_type, mem_type, reg_class
+from uopc.targets.cuda.target import STATIC_SHARED_BYTES
 from uopc.uop import UOp
 
 if TYPE_CHECKING:
@@ -48,6 +53,24 @@ def _in_registers(k: _Kernel, buf: UOp) -> bool:
   return all(u.src[1].op is Ops.CONST for u in k.uops if u.op is Ops.INDEX and _root(u.src[0]) is buf)
 
 
+DYNAMIC_SHARED = "uopc_dynamic_shared"  # the module's dynamic shared memory (its size is the launch's)
+SHARED_ALIGN = 16
+
+
+def _array_bytes(dt: PtrDType) -> int: return max(1, dt.size * dt.base.itemsize)
+
+
+def shared_layout(uops) -> tuple[dict[UOp, int], int]:
+  """({LOCAL BUFFER: its offset in the dynamic shared array}, their total bytes) when the kernel's LOCAL
+  buffers need more than STATIC_SHARED_BYTES, else ({}, 0): they stay static arrays."""
+  offsets, total = {}, 0
+  for u in uops:
+    if u.op is Ops.BUFFER and isinstance(u.dtype, PtrDType) and u.dtype.addrspace is AddrSpace.LOCAL and u.dtype.size >= 0:
+      offsets[u] = total
+      total += -(-_array_bytes(u.dtype) // SHARED_ALIGN) * SHARED_ALIGN
+  return (offsets, total) if total > STATIC_SHARED_BYTES else ({}, 0)
+
+
 def _buffer(k: _Kernel, u: UOp) -> None:
   dt = u.dtype
   if not isinstance(dt, PtrDType) or dt.addrspace is AddrSpace.GLOBAL or dt.size < 0:
@@ -55,9 +78,13 @@ def _buffer(k: _Kernel, u: UOp) -> None:
   if _in_registers(k, u):
     k.r[u] = _RegArray(dt.base.scalar)
     return
+  if u in k.shared_offsets:  # a part of the dynamic shared array
+    base = k.op1("mov.u64", dtypes.uint64, DYNAMIC_SHARED)
+    k.r[u] = k.op1("add.s64", dtypes.uint64, base, str(k.shared_offsets[u])) if k.shared_offsets[u] else base
+    return
   space, prefix = (".shared", "temp") if dt.addrspace is AddrSpace.LOCAL else (".local", "acc")
   name = f"{prefix}{len(k.arrays)}"
-  k.arrays.append(f"  {space} .align 16 .b8 {name}[{max(1, dt.size * dt.base.itemsize)}];")
+  k.arrays.append(f"  {space} .align 16 .b8 {name}[{_array_bytes(dt)}];")
   k.r[u] = k.op1("mov.u64", dtypes.uint64, name)
 
 

@@ -1,15 +1,32 @@
 """`-t cuda`: PTX for NVIDIA GPUs, a fatbin with SASS per arch (ptxas, fatbinary) and a launcher
 library that loads it through the CUDA driver; no GPU or CUDA SDK is needed to build. `--arch`
 names the SASS archs (sm_80 or later; default sm_80 and sm_90); the PTX in the fatbin runs on
-newer GPUs through the driver's JIT."""
+newer GPUs through the driver's JIT.
+
+Shared memory: a kernel's LOCAL buffers are static `.shared` arrays up to STATIC_SHARED_BYTES (every
+arch); beyond, up to what `shared_bytes(arch)` allows a workgroup on each of the build's archs (the
+minimum over them: Optimize plans one kernel for all, its PTX is one), they are dynamic shared memory
+that the launcher opts in to (uopc/targets/cuda/ptx_memory.py, launcher.py). A GPU newer than the archs
+that gives less (JIT from the PTX) makes the launch fail with UOPC_CUDA_ERR_SHARED_MEMORY."""
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 from uopc.diagnostics import CompileError, error
 from uopc.targets import BuildRequest, Target
 
 DEFAULT_ARCHS = ("sm_80", "sm_90")
+STATIC_SHARED_BYTES = 48 * 1024  # the static shared memory of a kernel on every arch
+# shared memory per block with the opt-in (CUDA C Programming Guide, "Technical Specifications per
+# Compute Capability"), by sm_XY's XY
+SHARED_BYTES = {80: 163 * 1024, 86: 99 * 1024, 87: 163 * 1024, 89: 99 * 1024, 90: 227 * 1024}
+
+
+def shared_bytes(arch: str) -> int:
+  """The shared memory a workgroup may use on `arch` (sm_XY, sm_XYa, sm_XYf): SHARED_BYTES, else STATIC_SHARED_BYTES."""
+  m = re.fullmatch(r"sm_(\d+)[af]?", arch)
+  return SHARED_BYTES.get(int(m.group(1)), STATIC_SHARED_BYTES) if m else STATIC_SHARED_BYTES
 
 
 def _render(linear, name: str, loc_of, fast_math: bool = False):
@@ -48,4 +65,4 @@ def _compile(source: Path, so: Path, req: BuildRequest) -> None:
 
 
 TARGET = Target("cuda", "NVIDIA GPUs: PTX and a fatbin of SASS per arch (ptxas, fatbinary), with a CUDA driver launcher library",
-                _render, artifacts, build, default_archs=DEFAULT_ARCHS)
+                _render, artifacts, build, default_archs=DEFAULT_ARCHS, local_bytes=shared_bytes)
