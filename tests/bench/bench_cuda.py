@@ -11,8 +11,8 @@ Optimize's GPU heuristics): add 256M, softmax and layernorm 4096x4096 (one fused
 2048, gemm 4096 of float16 inputs with float32 sums (on the tensor cores, TC), and a 3x3 convolution of
 a 32 x 64 x 56 x 56 batch to 64 channels written with tinygrad's conv2d (torch's cuDNN conv2d with TF32
 off as the peer); then gemm 2048 again with pinned opts (GEMM_VARIANTS: the staged tile unstaged, the
-previous heuristics' tile, 2 stages, 128 x 128 workgroups, and --fast-math, whose fma halves the
-float32 instructions);
+previous heuristics' tile, 2 stages, 128 x 128 workgroups, and --fp-contract=fast / --fast-math, whose fma
+halves the float32 instructions);
 `--hgemm-opts OPTS` (repeatable) also times the float16 gemm 4096 with OPTS pinned on
 its kernel (e.g. 'TC(2,-1,4,7)'), `--hgemm-only` times only that gemm (heuristics and pins); each with torch's
 time and rate for the same computation, and bandwidths also as a share of the measured copy bandwidth
@@ -197,20 +197,20 @@ def bench_gemm(gpu: Driver, timer: Timer, out_dir: pathlib.Path, dt: DType) -> N
 
 
 def bench_tensor_program(gpu: Driver, timer: Timer, out_dir: pathlib.Path, w, torch_fn, rng: np.random.Generator,
-                         bandwidths: dict[str, float], opts: str | None = None, fast_math: bool = False, label: str = "tensor program") -> None:
+                         bandwidths: dict[str, float], opts: str | None = None, flags: dict | None = None, label: str = "tensor program") -> None:
   """A workload of tests/bench/workloads.py as users write it (a tensor program), built by `uopc build -t cuda`:
   Rangeify, Optimize's GPU heuristics (grid, workgroups, GROUP_REDUCE), Expand, isel, PTX; `opts` pins its
-  one kernel's opts instead, `fast_math` builds with --fast-math. Checked against the float64 reference
+  one kernel's opts instead, `flags` are more BuildOptions (fast_math, fp_contract). Checked against the float64 reference
   before it is timed; torch runs the same computation. GB/s rates are also given as shares of
   `bandwidths` (name: GB/s)."""
   from uopc.driver import BuildOptions, build
   from uopc.stages.optimize import parse_schedule
   f, inputs = w.program, w.inputs(rng)
-  work = out_dir / f"tp_{f.name}_{abs(hash((w.name, opts, fast_math)))}"
+  work = out_dir / f"tp_{f.name}_{abs(hash((w.name, opts, str(flags))))}"
   work.mkdir(parents=True)
   (work / f"{f.name}.uop").write_text(f.text())
   schedule = parse_schedule([f"{f.name}__{f.name}_k0:{opts}"]) if opts is not None else None
-  options = BuildOptions(target="cuda", out_dir=work, schedule=schedule, fast_math=fast_math)
+  options = BuildOptions(target="cuda", out_dir=work, schedule=schedule, **(flags or {}))
   lib = ctypes.CDLL(str(next(p for p in build(work / f"{f.name}.uop", options) if p.suffix == ".so")))
   out_arg = next(a for a in f.args if a[3])
   out = np.zeros(out_arg[1], np.float32)
@@ -268,14 +268,17 @@ def bench_batched_conv(gpu: Driver, timer: Timer, out_dir: pathlib.Path, n: int 
 
 
 STAGED_TILE = "SPLIT(2,8,r),SPLIT(1,4,u),SPLIT(1,16,l),SPLIT(1,2,u),SPLIT(0,4,u),SPLIT(0,8,l),SPLIT(0,2,u)"  # the heuristics' staged gemm
-GEMM_VARIANTS = [  # (opts of gemm 2048's kernel, --fast-math, label); the heuristics' own (STAGE) is the row above
-  (STAGED_TILE, False, "same tile, unstaged"),
-  (STAGED_TILE.replace("SPLIT(2,8,r)", "SPLIT(2,4,r)") + ",STAGE", False, "k depth 4, STAGE"),
-  ("SPLIT(1,8,u),SPLIT(0,8,u),SPLIT(2,16,l),SPLIT(0,8,l),SPLIT(6,4,r)", False, "previous heuristics, unstaged"),
-  (STAGED_TILE + ",STAGE(2)", False, "STAGE(2)"),
-  (STAGED_TILE.replace("SPLIT(0,8,l)", "SPLIT(0,16,l)") + ",STAGE", False, "128 x 128 a workgroup, STAGE"),
-  (STAGED_TILE + ",STAGE", True, "STAGE, --fast-math: fma"),
-  (STAGED_TILE, True, "unstaged, --fast-math: fma"),
+CONTRACT, FAST = {"fp_contract": True}, {"fast_math": True}
+GEMM_VARIANTS = [  # (opts of gemm 2048's kernel, build flags, label); the heuristics' own (STAGE) is the row above
+  (STAGED_TILE, None, "same tile, unstaged"),
+  (STAGED_TILE.replace("SPLIT(2,8,r)", "SPLIT(2,4,r)") + ",STAGE", None, "k depth 4, STAGE"),
+  ("SPLIT(1,8,u),SPLIT(0,8,u),SPLIT(2,16,l),SPLIT(0,8,l),SPLIT(6,4,r)", None, "previous heuristics, unstaged"),
+  (STAGED_TILE + ",STAGE(2)", None, "STAGE(2)"),
+  (STAGED_TILE.replace("SPLIT(0,8,l)", "SPLIT(0,16,l)") + ",STAGE", None, "128 x 128 a workgroup, STAGE"),
+  (STAGED_TILE + ",STAGE", CONTRACT, "STAGE, --fp-contract=fast: fma"),
+  (STAGED_TILE.replace("SPLIT(2,8,r)", "SPLIT(2,4,r)") + ",STAGE", CONTRACT, "k depth 4, STAGE, --fp-contract=fast"),
+  (STAGED_TILE, CONTRACT, "unstaged, --fp-contract=fast"),
+  (STAGED_TILE + ",STAGE", FAST, "STAGE, --fast-math"),
 ]
 
 
@@ -310,9 +313,9 @@ def main() -> None:
       bench_tensor_program(gpu, timer, out_dir, w, torch_fn, rng, bandwidths)
     except Exception as e:  # noqa: BLE001 - one failing workload must not hide the others' numbers
       print(f"{w.name} (tensor program): FAILED: {type(e).__name__}: {str(e)[:300]}")
-  for opts, fast, label in GEMM_VARIANTS:  # the float32 gemm's shared-memory staging (STAGE) against its register tiles alone
+  for opts, flags, label in GEMM_VARIANTS:  # the float32 gemm's shared-memory staging (STAGE) against its register tiles alone
     try:
-      bench_tensor_program(gpu, timer, out_dir, gemms([2048])[0], lambda t, a, b: a @ b, rng, bandwidths, opts, fast, label)
+      bench_tensor_program(gpu, timer, out_dir, gemms([2048])[0], lambda t, a, b: a @ b, rng, bandwidths, opts, flags, label)
     except Exception as e:  # noqa: BLE001
       print(f"gemm 2048 ({label}): FAILED: {type(e).__name__}: {str(e)[:300]}")
   try:
