@@ -244,9 +244,9 @@ def stage_opt(sink: UOp, opt: Opt, caps: TargetCaps, trace: Trace | None) -> UOp
 STAGED_THREADS = (8, 16)   # a staged gemm's workgroup: threads along m and along n (n innermost: lidx0) ...
 STAGED_RUN = 4             # ... each computing 2 x 2 runs of 4 outputs (one 16-byte vector), the two runs of an
 STAGED_RUNS = 2            # axis STAGED_RUN x threads apart: a quarter warp's 16-byte LOCAL reads are contiguous
-STAGED_K = 8               # reduction elements an iteration stages (the tiles' depth: 2 + 4 KiB a stage); ptxas gives it
-                           # 141 registers (4: 126, 4 workgroups an SM, not 3), yet on the H100 gemm 2048 ran 0.667 ms
-                           # against 0.711 ms with 4 (one run of bench_cuda.py)
+STAGED_K = 4               # reduction elements an iteration stages (the tiles' depth: 1 + 2 KiB a stage); ptxas gives
+                           # it 126 registers, 4 workgroups of 128 an SM (8: 141, 167 with fma). On the H100, gemm 2048:
+                           # 0.714 ms (8: 0.660) with two roundings, 0.487 ms (8: 0.696) with --fp-contract=fast
 STAGED_MIN_WORKGROUPS = 256  # the staged schedule only where it leaves this many workgroups (2048 x 2048: 512)
 
 
