@@ -243,6 +243,7 @@ def bench_batched_conv(gpu: Driver, timer: Timer, out_dir: pathlib.Path, n: int 
   import uopc
   from uopc.driver import BuildOptions, build
   text = uopc.export(lambda x, w, b: x.conv2d(w, b, padding=1), Tensor.empty(n, c, hw, hw), Tensor.empty(o, c, 3, 3), Tensor.empty(o), name="conv")
+  gpu.check(gpu.cu.cuCtxSetCurrent(gpu.ctx), "cuCtxSetCurrent")  # tinygrad may have made its own context current: time in ours
   work = out_dir / "conv_b"
   work.mkdir(parents=True)
   (work / "conv.uop").write_text(text)
