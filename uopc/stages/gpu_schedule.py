@@ -51,6 +51,7 @@ GPU_GATHER_SHARED = 2        # this many outputs a thread along an axis no gate 
 GPU_SHORT_REDUCE = 4         # reduce axes up to this size are unrolled whole (a convolution's 3 x 3 window)
 GPU_UNROLL = 4               # the longest reduce axis is unrolled by this much
 GPU_UNROLL_MAX = 36          # copies of the body the unrolls make at most
+GPU_UNROLL_LOADS = 256       # values loaded by the unrolled copies at most (their registers)
 GPU_GROUP_MIN = 64           # reduce iterations per thread from which sharing a reduction pays
 GPU_GROUPS = (2, 4, 8, 16)   # GROUP_REDUCE threads per output: the fewest that reach GPU_MIN_THREADS
 GPU_RUN = 4                  # ... each keeping one 16-byte run or more where there is no tile and the reduction reads contiguously
@@ -163,21 +164,39 @@ def _unroll(plan: _Planner, factor: int = GPU_UNROLL) -> None:
   """Short reduce axes (GPU_SHORT_REDUCE or less, and those that select among stacked values) unrolled
   whole, then the longest other one of each nest of reduce loops (sibling reductions, such as a fused
   SwiGLU's two products, each get theirs) by `factor` (or 2); at most GPU_UNROLL_MAX copies of the
-  body of a nest. Decided first, then applied from the last axis (a split renumbers only later axes)."""
+  body of a nest, and at most GPU_UNROLL_LOADS values loaded by them (a thread's register tile loads
+  `_loads_per_copy` values a copy: an 8 x 8 convolution tile's whole 3 x 3 window and 4 channels were
+  576, and ptxas spilled 1.4 KiB a thread). Decided first, then applied from the last axis (a split
+  renumbers only later axes)."""
   axes, near = kernel_axes(plan.sink), nested_with(plan.sink)
   reduces = [i for i in plan.axes(AxisType.REDUCE) if isinstance(plan.size(i), int)]
+  # the load count holds where every load is live in every copy; a selecting axis's copies each read one
+  # of its stacked loads, so there only GPU_UNROLL_MAX applies
+  selecting = any(_selects(plan, i) for i in reduces)
+  most = GPU_UNROLL_MAX if selecting else max(1, min(GPU_UNROLL_MAX, GPU_UNROLL_LOADS // max(1, _loads_per_copy(plan))))
   def nest(i: int) -> list[int]: return [j for j in reduces if axes[j] in near.get(axes[i], frozenset())]
   whole: dict[int, int] = {}
   for i in reversed(reduces):
     copies = math.prod(whole.get(j, 1) for j in nest(i))
-    if (plan.size(i) <= GPU_SHORT_REDUCE or _selects(plan, i)) and copies * plan.size(i) <= GPU_UNROLL_MAX: whole[i] = plan.size(i)
+    if (plan.size(i) <= GPU_SHORT_REDUCE or _selects(plan, i)) and copies * plan.size(i) <= most: whole[i] = plan.size(i)
   splits = dict(whole)
   for i in sorted((i for i in reduces if i not in whole), key=lambda i: -plan.size(i)):
     copies = math.prod(whole.get(j, 1) for j in nest(i))
-    if not any(j in splits for j in nest(i) if j not in whole) and copies * factor <= GPU_UNROLL_MAX:
-      splits[i] = next((k for k in (factor, GPU_UNROLL, 2) if plan.size(i) % k == 0 and plan.size(i) > k), 0)
+    if not any(j in splits for j in nest(i) if j not in whole):
+      splits[i] = next((k for k in (factor, GPU_UNROLL, 2) if plan.size(i) % k == 0 and plan.size(i) > k and copies * k <= most), 0)
   for i in sorted(splits, reverse=True):
     if splits[i]: plan.split_by_first(i, (splits[i],), AxisType.UNROLL)
+
+
+def _loads_per_copy(plan: _Planner) -> int:
+  """Values a thread loads from global memory in one copy of the reduction's body: each global LOAD that
+  moves with a reduce axis once per lane of the UPCAST axes it depends on."""
+  axes = kernel_axes(plan.sink)
+  ups = [(axes[i], plan.size(i)) for i in plan.axes(AxisType.UPCAST)]
+  reduces = {axes[i] for i in plan.axes(AxisType.REDUCE)}
+  loads = [u for u in _memory_ops(plan.sink) if u.op is Ops.LOAD and _is_global(root_buffer(u.src[0]))
+           and any(r in reduces for r in u.src[0].toposort())]
+  return sum(math.prod(k for r, k in ups if isinstance(k, int) and r in u.toposort()) for u in loads)
 
 
 def _threads(plan: _Planner) -> int:
