@@ -116,10 +116,10 @@ def test_a_coalesced_shared_reduction_computes_what_c_does(tmp_path):
 
 
 def test_a_batched_convolution_unrolls_only_what_its_registers_hold():
-  """tinygrad's conv2d of 32 x 64 x 56 x 56 to 64 channels: an 8 x 8 tile loads 16 values a copy of the
-  body, so one axis of the 3 x 3 window and 2 input channels are unrolled (96 values), not the whole window
-  and 4 channels (576: ptxas spilled 1.4 KiB a thread; on an H100 2.06 ms, the whole window alone 0.84 ms,
-  this 0.66 ms)."""
+  """tinygrad's conv2d of 32 x 64 x 56 x 56 to 64 channels: 6.4M outputs take the 16 x 8 tile (16 output
+  channels by 8 columns, 128 accumulators), which loads 24 values a copy of the body, so one axis of the
+  3 x 3 window is unrolled (72 values), not the whole window and 4 channels as an 8 x 8 tile once did (576:
+  ptxas spilled 1.4 KiB a thread; on an H100 2.06 ms, then 8 x 8 within the budget 0.66 ms, this 0.60 ms)."""
   tinygrad = pytest.importorskip("tinygrad", reason="tinygrad 0.14 is not installed (pip install -e '.[test]')")
   import uopc
   t = tinygrad.Tensor
@@ -127,4 +127,4 @@ def test_a_batched_convolution_unrolls_only_what_its_registers_hold():
   f.text = lambda: uopc.export(lambda x, w, b: x.conv2d(w, b, padding=1), t.empty(32, 64, 56, 56), t.empty(64, 64, 3, 3), t.empty(64),  # type: ignore[method-assign]
                                name="conv")
   [axes] = schedule(f)
-  assert axes.endswith("R32 r2 R3 r3") and axes.count("u8") == 2
+  assert axes.endswith("R64 R3 r3") and "u16" in axes and "u8" in axes
