@@ -43,8 +43,8 @@ from __future__ import annotations
 import math
 
 from uopc.ops import AxisType, GroupOp, Ops
-from uopc.stages.optimize import (Opt, OptOp, _contiguous_output, _in_gated_load, _memory_ops, _Planner, _reads_contiguously, _selects,
-                                  axis_size, kernel_axes, nested_with)
+from uopc.stages.optimize import Opt, OptOp, _memory_ops, axis_size, kernel_axes, nested_with
+from uopc.stages.planner import _contiguous_output, _in_gated_load, _Planner, _reads_contiguously, _selects
 from uopc.uop import UOp
 
 THREAD_MIN_WORK = 1 << 17  # iterations below which starting threads costs more than it saves

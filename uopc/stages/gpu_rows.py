@@ -32,7 +32,8 @@ from __future__ import annotations
 import math
 
 from uopc.ops import AxisType, Ops
-from uopc.stages.optimize import Opt, OptOp, _is_global, _memory_ops, _Planner, affine, kernel_axes, nested_with, root_buffer
+from uopc.stages.optimize import Opt, OptOp, _is_global, _memory_ops, affine, kernel_axes, nested_with, root_buffer
+from uopc.stages.planner import _Planner
 
 GROUP_MIN = 256                   # reduce sizes from which a workgroup shares one reduction
 GROUP_MAX = 256                   # threads a row's workgroup takes at most (and the target's workgroup size)

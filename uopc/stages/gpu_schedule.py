@@ -32,8 +32,8 @@ from __future__ import annotations
 import math
 
 from uopc.ops import AxisType, Ops
-from uopc.stages.optimize import (_contiguous_output, _in_gated_load, _is_global, _memory_ops, _Planner, _reads_contiguously, _selects,
-                                  accumulator_update, affine, kernel_axes, nested_with, root_buffer)
+from uopc.stages.optimize import _is_global, _memory_ops, accumulator_update, kernel_axes, nested_with, root_buffer
+from uopc.stages.planner import _contiguous_output, _in_gated_load, _Planner, _reads_contiguously, _selects
 
 GPU_MIN_THREADS = 1 << 14    # threads that keep a large GPU's multiprocessors busy (an H100: 132 of them, 4 warps each)
 GPU_TILE_THREADS = 1 << 11   # threads a register tile may leave where the reduction is then shared (GPU_GROUPS)

@@ -49,8 +49,9 @@ from uopc.dtype import AddrSpace, PtrDType, dtypes
 from uopc.ops import AxisType, Ops
 from uopc.rewrite import substitute
 from uopc.stages.expand import _lane_order  # the order of a vector's lanes
-from uopc.stages.optimize import (Opt, OptError, OptOp, TargetCaps, Trace, _contiguous_output, _Planner, axis_size, axis_type, is_axis,
-                                  kernel_axes, note, scopes, workgroup_dims)
+from uopc.stages.optimize import (Opt, OptError, OptOp, TargetCaps, Trace, axis_size, axis_type, is_axis, kernel_axes, note,
+                                  scopes, workgroup_dims)
+from uopc.stages.planner import _contiguous_output, _Planner
 from uopc.stages.opts import STAGE_AUTO
 from uopc.stages.tc_staging import MAX_LOCAL_BYTES, STAGES, Form, _build, _idx, _Operand, _plan, _ranges, _split_on
 from uopc.stages.tensor_cores import ASYNC

@@ -19,8 +19,9 @@ from uopc.dtype import AddrSpace, dtypes
 from uopc.ops import AxisType, Ops
 from uopc.rewrite import substitute
 from uopc.stages.opts import TC_TILES
-from uopc.stages.optimize import (Opt, OptError, OptOp, TargetCaps, Trace, _axis, _is_global, _memory_ops, _Planner, _range,
+from uopc.stages.optimize import (Opt, OptError, OptOp, TargetCaps, Trace, _axis, _is_global, _memory_ops, _range,
                                   accumulator_update, apply_opt, axis_size, axis_type, kernel_axes, note, root_buffer, scopes)
+from uopc.stages.planner import _Planner
 from uopc.stages.tensor_cores import WARP_SIZE, TensorCore
 from uopc.symbolic import simplify
 from uopc.uop import UOp

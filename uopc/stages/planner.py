@@ -1,0 +1,114 @@
+"""The heuristics' planner and the predicates on a kernel that they share: Optimize asks `plan_opts` for a
+kernel's opts where none are pinned; the target's heuristics (uopc.stages.tc_opt, local_staging, gpu_rows,
+gpu_schedule on GPUs, cpu_schedule on CPUs) try opts on a `_Planner`, which keeps those that apply.
+
+Invariant: every opt a plan holds went through Optimize's `apply_opt` on the kernel as it was then, so a
+plan is always legal and `--opts` can pin it.
+"""
+from __future__ import annotations
+
+from uopc.ops import AxisType, Ops
+from uopc.stages.optimize import (Opt, OptError, OptOp, TargetCaps, _is_global, _memory_ops, affine, apply_opt, axis_size, axis_type,
+                                  kernel_axes, root_buffer)
+from uopc.uop import UOp
+
+
+class _Planner:
+  """Tries opts one at a time on the kernel, keeping those that are legal."""
+
+  def __init__(self, sink: UOp, caps: TargetCaps):
+    self.sink, self.caps, self.opts = sink, caps, []
+
+  def axes(self, *types: AxisType) -> list[int]:
+    return [i for i, r in enumerate(kernel_axes(self.sink)) if axis_type(r) in types]
+
+  def size(self, i: int) -> int | UOp: return axis_size(kernel_axes(self.sink)[i])
+
+  def apply(self, opt: Opt) -> bool:
+    try:
+      self.sink = apply_opt(self.sink, opt, self.caps, first=not self.opts)
+    except OptError:
+      return False
+    self.opts.append(opt)
+    return True
+
+  def split_by_first(self, axis: int, factors, t: AxisType, top: bool = False) -> int:
+    """Split `axis` by the first factor that divides it; the factor used, or 0."""
+    size = self.size(axis)
+    for k in factors:
+      if isinstance(size, int) and 1 < k <= size and size % k == 0 and self.apply(Opt(OptOp.SPLIT, axis, (k, t, top))): return k
+    return 0
+
+
+def _store_strides(sink: UOp) -> dict[UOp, int]:
+  """Each range's constant coefficient in the address of the kernel's global STOREs (0 where none)."""
+  out: dict[UOp, int] = {}
+  for u in _memory_ops(sink):
+    if u.op is Ops.STORE and _is_global(root_buffer(u.src[0])) and (form := affine(u.src[0].src[1])) is not None:
+      for r, c in form[0].items(): out[r] = c.arg if c.op is Ops.CONST else 0
+  return out
+
+
+def _contiguous_output(plan: _Planner) -> int | None:
+  """The GLOBAL axis that moves the output by one element, if any."""
+  strides = _store_strides(plan.sink)
+  axes = kernel_axes(plan.sink)
+  return next((i for i in plan.axes(AxisType.GLOBAL) if strides.get(axes[i]) == 1), None)
+
+
+def _reads_contiguously(plan: _Planner, i: int) -> bool:
+  """Every global LOAD that axis i moves reads consecutive elements along it (its coefficient is 1)."""
+  r = kernel_axes(plan.sink)[i]
+  for u in _memory_ops(plan.sink):
+    if u.op is not Ops.LOAD or not _is_global(root_buffer(u.src[0])) or r not in u.src[0].src[1].toposort(): continue
+    form = affine(u.src[0].src[1])
+    if form is None or not ((c := form[0].get(r)) is not None and c.op is Ops.CONST and c.arg == 1): return False
+  return True
+
+
+def _in_gated_load(plan: _Planner, i: int) -> bool:
+  """Axis i moves the address or the gate of a gated global LOAD (a padded border)."""
+  r = kernel_axes(plan.sink)[i]
+  return any(u.op is Ops.LOAD and len(u.src) == 3 and _is_global(root_buffer(u.src[0])) and r in u.toposort() for u in _memory_ops(plan.sink))
+
+
+CPU_SELECT_UNROLL = 16  # reduce axes up to this size that select among stacked values are unrolled whole (CPU and GPU)
+
+
+def _selects(plan: _Planner, i: int) -> bool:
+  """Axis i is a short REDUCE axis (CPU_SELECT_UNROLL or less) that picks among stacked values: compared
+  with constants (a STACK read along it: a convolution's window positions)."""
+  r, size = kernel_axes(plan.sink)[i], plan.size(i)
+  return isinstance(size, int) and size <= CPU_SELECT_UNROLL and \
+    any(u.op is Ops.CMPLT and u.src[0] is r and u.src[1].op is Ops.CONST for u in plan.sink.toposort())
+
+
+def _gpu_heuristics(plan: _Planner) -> None:
+  """A gemm of half-precision inputs goes on the tensor cores (`uopc.stages.tc_opt`), a large float32
+  gemm on -t cuda gets a register tile whose inputs are staged in LOCAL memory (`uopc.stages.local_staging`). A long row
+  reduction that no output axis reads contiguously (a row sum, softmax, layernorm) gets a workgroup
+  per row whose threads share the row's reductions and its sibling output loops, a number of threads
+  chosen from the row's length (`uopc.stages.gpu_rows`). Another reduction over output axes (a float32
+  gemm, a convolution, attention's products) gets register tiles, unrolls and a workgroup over several
+  output axes (`uopc.stages.gpu_schedule`). Otherwise (elementwise) a workgroup along the contiguous
+  output axis (LOCAL) and 4-wide vectors per thread (UPCAST)."""
+  from uopc.stages.tc_opt import tensor_core_heuristics  # they build on this module's helpers
+  from uopc.stages.local_staging import staged_gemm
+  if tensor_core_heuristics(plan) or staged_gemm(plan): return
+  from uopc.stages.gpu_rows import row_reduction  # these build on this module's helpers
+  from uopc.stages.gpu_schedule import tiled_reduction
+  if row_reduction(plan) or tiled_reduction(plan): return
+  inner = _contiguous_output(plan)
+  if inner is None: return
+  plan.split_by_first(inner, (4,), AxisType.UPCAST)
+  plan.split_by_first(inner, (256, 128, 64, 32, 16, 8, 4, 2), AxisType.LOCAL)
+
+
+def plan_opts(sink: UOp, caps: TargetCaps) -> tuple[Opt, ...]:
+  """The opts the hand-written heuristics pick for a typed kernel (only legal ones)."""
+  plan = _Planner(sink, caps)
+  if caps.gpu: _gpu_heuristics(plan)
+  else:
+    from uopc.stages.cpu_schedule import cpu_heuristics  # it builds on this module's helpers
+    cpu_heuristics(plan)
+  return tuple(plan.opts)
