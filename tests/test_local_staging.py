@@ -154,8 +154,8 @@ def test_a_transposed_output_swaps_the_roles(tmp_path, monkeypatch):
   a2, b2, c2 = big.param("a", (2048, 256)), big.param("b", (256, 1024)), big.param("c", (1024, 2048), out=True)
   big.store(c2, big.permute(big.matmul(a2, b2, 2048, 256, 1024), (1, 0)))
   axes, opts = _heuristic(big)
-  assert axes == "g16 u2 l8 u4 g16 u2 l16 u4 R64 r4" and opts.endswith(",STAGE")
-  assert sorted(t.dtype.size // 3 for t in _locals(_staged(f, opts))) == [8 * 32 + 64 * 4, 4 * 132]
+  assert axes == "g16 u2 l8 u4 g16 u2 l16 u4 R64 r4" and opts.endswith(",STAGE(2)")
+  assert sorted(t.dtype.size // 2 for t in _locals(_staged(f, opts))) == [8 * 32 + 64 * 4, 4 * 132]
   x = _inputs(m, k, n)
   got = _same_as_unstaged(tmp_path, monkeypatch, f, x, opts)
   _check_gemm(np.ascontiguousarray(got.reshape(n, m).T), x["a"], x["b"])
@@ -264,8 +264,8 @@ def _heuristic(f: Func) -> tuple[str, str]:
 
 def test_the_heuristics_stage_large_float32_gemms_only():
   axes, opts = _heuristic(gemm(2048, 2048, 2048))
-  assert (axes, opts) == ("g32 u2 l8 u4 g16 u2 l16 u4 R512 r4", STAGED.replace("SPLIT(2,8,r)", "SPLIT(2,4,r)") + ",STAGE")
-  assert _heuristic(gemm_t(2048, 512, 1024, True, True))[1].endswith(",STAGE")   # 256 workgroups, both inputs transposed
+  assert (axes, opts) == ("g32 u2 l8 u4 g16 u2 l16 u4 R512 r4", STAGED.replace("SPLIT(2,8,r)", "SPLIT(2,4,r)") + ",STAGE(2)")
+  assert _heuristic(gemm_t(2048, 512, 1024, True, True))[1].endswith(",STAGE(2)")   # 256 workgroups, both inputs transposed
   assert "STAGE" not in _heuristic(gemm(1024, 1024, 1024))[1]     # 128 workgroups: fewer than the GPU's SMs x 2
   assert "STAGE" not in _heuristic(gemm(2000, 2048, 2000))[1]     # not a multiple of the 64 x 128 tile
   assert "STAGE" not in _heuristic(conv2d(64, 56, 56, 64, 3, 3, 1))[1]

@@ -272,14 +272,14 @@ STAGED_TILE = "SPLIT(2,4,r),SPLIT(1,4,u),SPLIT(1,16,l),SPLIT(1,2,u),SPLIT(0,4,u)
 CONTRACT, FAST = {"fp_contract": True}, {"fast_math": True}
 GEMM_VARIANTS = [  # (opts of gemm 2048's kernel, build flags, label); the heuristics' own (STAGE) is the row above
   (STAGED_TILE, None, "same tile, unstaged"),
-  (STAGED_TILE.replace("SPLIT(2,4,r)", "SPLIT(2,8,r)") + ",STAGE", None, "k depth 8, STAGE"),
+  (STAGED_TILE.replace("SPLIT(2,4,r)", "SPLIT(2,8,r)") + ",STAGE(2)", None, "k depth 8, STAGE"),
   ("SPLIT(1,8,u),SPLIT(0,8,u),SPLIT(2,16,l),SPLIT(0,8,l),SPLIT(6,4,r)", None, "previous heuristics, unstaged"),
-  (STAGED_TILE + ",STAGE(2)", None, "STAGE(2)"),
-  (STAGED_TILE.replace("SPLIT(0,8,l)", "SPLIT(0,16,l)") + ",STAGE", None, "128 x 128 a workgroup, STAGE"),
-  (STAGED_TILE + ",STAGE", CONTRACT, "STAGE, --fp-contract=fast: fma"),
-  (STAGED_TILE.replace("SPLIT(2,4,r)", "SPLIT(2,8,r)") + ",STAGE", CONTRACT, "k depth 8, STAGE, --fp-contract=fast"),
+  (STAGED_TILE + ",STAGE(3)", None, "STAGE(3)"),
+  (STAGED_TILE.replace("SPLIT(0,8,l)", "SPLIT(0,16,l)") + ",STAGE(2)", None, "128 x 128 a workgroup, STAGE"),
+  (STAGED_TILE + ",STAGE(2)", CONTRACT, "STAGE, --fp-contract=fast: fma"),
+  (STAGED_TILE.replace("SPLIT(2,4,r)", "SPLIT(2,8,r)") + ",STAGE(2)", CONTRACT, "k depth 8, STAGE, --fp-contract=fast"),
   (STAGED_TILE, CONTRACT, "unstaged, --fp-contract=fast"),
-  (STAGED_TILE + ",STAGE", FAST, "STAGE, --fast-math"),
+  (STAGED_TILE + ",STAGE(2)", FAST, "STAGE, --fast-math"),
 ]
 
 

@@ -249,6 +249,8 @@ STAGED_K = 4               # reduction elements an iteration stages (the tiles' 
                            # it 126 registers, 4 workgroups of 128 an SM (8: 141, 167 with fma). On the H100, gemm 2048:
                            # 0.714 ms (8: 0.660) with two roundings, 0.487 ms (8: 0.696) with --fp-contract=fast
 STAGED_MIN_WORKGROUPS = 256  # the staged schedule only where it leaves this many workgroups (2048 x 2048: 512)
+STAGED_STAGES = 2          # tiles in flight (H100, gemm 2048, one run: 2 stages 0.688 ms, 3 0.712-0.725; --fp-contract=fast
+                           # 0.485 against 0.507)
 
 
 def _gemm_axes(plan: _Planner) -> tuple[int, int, int] | None:
@@ -286,6 +288,6 @@ def staged_gemm(plan: _Planner) -> bool:
   trial = _Planner(plan.sink, plan.caps)
   for i in sorted(splits, reverse=True):  # a split renumbers only later axes
     if not all(trial.apply(Opt(OptOp.SPLIT, i, (f, t, False))) for f, t in splits[i]): return False
-  if not trial.apply(Opt(OptOp.STAGE, None, STAGE_AUTO)): return False
+  if not trial.apply(Opt(OptOp.STAGE, None, STAGED_STAGES)) and not trial.apply(Opt(OptOp.STAGE, None, STAGE_AUTO)): return False
   plan.sink, plan.opts = trial.sink, trial.opts
   return True
