@@ -123,6 +123,15 @@ UOPC_HELPER float uopc_bfloat16_to_float(uopc_bfloat16 h) {
   return f;
 }
 
+/* Lanes of two vectors of one type as a vector of that type (one shuffle instruction where the target
+   has it): clang's __builtin_shufflevector, GCC's __builtin_shuffle with a mask of integers as wide as
+   the lanes (GCC makes a vector built lane by lane from loaded vectors scalar loads again). */
+#if defined(__clang__)
+#define UOPC_SHUFFLE(mask_type, a, b, ...) __builtin_shufflevector(a, b, __VA_ARGS__)
+#else
+#define UOPC_SHUFFLE(mask_type, a, b, ...) __builtin_shuffle(a, b, (mask_type){__VA_ARGS__})
+#endif
+
 /* MAX of floats: NaN if either operand is NaN (fmax would drop the NaN). */
 UOPC_HELPER float uopc_maxf(float a, float b) { return (a != a || b != b) ? a + b : (a > b ? a : b); }
 UOPC_HELPER double uopc_max(double a, double b) { return (a != a || b != b) ? a + b : (a > b ? a : b); }

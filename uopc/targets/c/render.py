@@ -96,6 +96,9 @@ def _lanes(count: int) -> int:
   raise _fail(f"vectors of {count} lanes are wider than {VECTOR_LANES[-1]}")
 
 
+_MASK_INTS = {1: dtypes.int8, 2: dtypes.int16, 4: dtypes.int32, 8: dtypes.int64}  # shuffle masks: integers as wide as the lanes
+
+
 def ctype(dt: DType) -> str:
   """The C type of a value of dtype `dt`."""
   if isinstance(dt, PtrDType): return ctype(dt.base) + "*"
@@ -453,7 +456,21 @@ class _Renderer:
   def _stack(self, u: UOp) -> None:
     if u.dtype.count != len(u.src) or any(s.dtype != u.dtype.scalar for s in u.src):
       raise _fail(f"STACK of {len(u.src)} values into {u.dtype} is not a vector of its scalars")
+    if (shuffle := self._shuffle(u)) is not None: return self._define(u, shuffle, "vec")
     self._vector(u, [self.names[s] for s in u.src])
+
+  def _shuffle(self, u: UOp) -> str | None:
+    """A STACK of lanes of at most two vectors of its own C type (expand's windowed loads) as one
+    UOPC_SHUFFLE; None for any other STACK."""
+    if u.dtype.count < 2 or u.dtype.scalar is dtypes.bool or not all(s.op is Ops.GEP and s.dtype.count == 1 for s in u.src): return None
+    sources = list(dict.fromkeys(s.src[0] for s in u.src))
+    width = _lanes(u.dtype.count)
+    if len(sources) > 2 or any(v.dtype.count < 2 or _lanes(v.dtype.count) != width or v in self.masks for v in sources): return None
+    a, b = sources[0], sources[-1]
+    lanes = [(0 if s.src[0] is a else width) + s.arg[0] if isinstance(s.arg, tuple) else (0 if s.src[0] is a else width) + s.arg
+             for s in u.src]
+    mask = vector_type_name(_MASK_INTS[u.dtype.scalar.itemsize], width)
+    return f"UOPC_SHUFFLE({mask}, {self.names[a]}, {self.names[b]}, {', '.join(map(str, lanes + [0] * (width - len(lanes))))})"
 
   def _gep(self, u: UOp) -> None:
     lanes = u.arg if isinstance(u.arg, tuple) else (u.arg,)
