@@ -3,12 +3,13 @@ writes it, 27 output columns). Its output columns, which no vector width divides
 (16 + 11 lanes with AVX-512: the chunks are cut per row of that axis, never across two window taps),
 and each chunk's stride-2 taps are one or two vector loads of the row and a shuffle (UOPC_SHUFFLE)
 instead of a load per lane. Checked against numpy bit for bit (a maximum is exact), NaN included, for
-float32, float64 and float16, portable and AVX-512 builds, gcc and clang."""
+float32, float64 and float16, portable, AVX2 and AVX-512 builds, gcc and clang."""
 from __future__ import annotations
 
 import ctypes
 import io
 import shutil
+import subprocess
 
 import numpy as np
 import pytest
@@ -80,13 +81,15 @@ def _native_avx512() -> bool: return _cpu_has("avx512f") and _compiler_takes("cc
 
 
 @pytest.mark.parametrize("dt", list(DTYPES))
-@pytest.mark.parametrize("cpu", ["portable", "x86-64-v4"])
+@pytest.mark.parametrize("cpu", ["portable", "x86-64-v3", "x86-64-v4"])
 def test_pooling_matches_numpy(tmp_path, dt, cpu):
-  if cpu != "portable" and not _native_avx512(): pytest.skip("needs an AVX-512 CPU and a compiler for x86-64-v4")
+  """Also MAX's NaN rule through the prelude's uopc_vmax_* (AVX's max and blend, AVX-512's max and masked add)."""
+  if cpu == "x86-64-v3" and not (_cpu_has("avx2") and _compiler_takes("cc", cpu)): pytest.skip("needs an AVX2 CPU")
+  if cpu == "x86-64-v4" and not _native_avx512(): pytest.skip("needs an AVX-512 CPU and a compiler for x86-64-v4")
   lib, source, printed = build_pool(tmp_path, dt, cpu)
   x = inputs(dt)
   np.testing.assert_array_equal(run(lib, x), reference(x))
-  if cpu != "portable" and dt != "f64":  # 16 float32 lanes: the 27 columns are upcast whole, their taps are windows
+  if cpu == "x86-64-v4" and dt != "f64":  # 16 float32 lanes: the 27 columns are upcast whole, their taps are windows
     assert " u27" in printed and "UOPC_SHUFFLE(" in source, printed
 
 
@@ -98,3 +101,8 @@ def test_pinned_windows_on_every_compiler(tmp_path, cc):
   assert "UOPC_SHUFFLE(" in source
   x = inputs("f32")
   np.testing.assert_array_equal(run(lib, x), reference(x))
+  levels = ["x86-64-v3", "x86-64-v4"] if _compiler_takes(cc, "x86-64-v4") else []
+  for flags in [[]] + [[f"-march={m}"] for m in levels]:  # warning-free: the lanes only shuffles use are not variables
+    done = subprocess.run([cc, "-std=c99", "-Wall", "-Wextra", "-Werror", "-fsyntax-only", *flags, str(tmp_path / "out" / "pool.c")],
+                          capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr[:2000]

@@ -38,7 +38,7 @@ from uopc.diagnostics import CompileError, error
 from uopc.dtype import AddrSpace, DType, PtrDType, dtypes
 from uopc.targets import param_name
 from uopc.ops import GroupOp, Ops
-from uopc.targets.c.prelude import C_PRELUDE, C_SCALAR, VECTOR_LANES, vector_type_name
+from uopc.targets.c.prelude import C_PRELUDE, C_SCALAR, VECTOR_LANES, vector_max, vector_type_name
 from uopc.targets.c.threads import TASK_PARAM
 from uopc.uop import UOp
 
@@ -459,13 +459,20 @@ class _Renderer:
     if (shuffle := self._shuffle(u)) is not None: return self._define(u, shuffle, "vec")
     self._vector(u, [self.names[s] for s in u.src])
 
-  def _shuffle(self, u: UOp) -> str | None:
-    """A STACK of lanes of at most two vectors of its own C type (expand's windowed loads) as one
-    UOPC_SHUFFLE; None for any other STACK."""
-    if u.dtype.count < 2 or u.dtype.scalar is dtypes.bool or not all(s.op is Ops.GEP and s.dtype.count == 1 for s in u.src): return None
+  def _shuffle_sources(self, u: UOp) -> list[UOp] | None:
+    """The one or two vectors a STACK takes all its lanes from, when they have its C type; else None."""
+    if u.op is not Ops.STACK or u.dtype.count < 2 or u.dtype.scalar is dtypes.bool: return None
+    if not all(s.op is Ops.GEP and s.dtype.count == 1 for s in u.src): return None
     sources = list(dict.fromkeys(s.src[0] for s in u.src))
     width = _lanes(u.dtype.count)
     if len(sources) > 2 or any(v.dtype.count < 2 or _lanes(v.dtype.count) != width or v in self.masks for v in sources): return None
+    return sources
+
+  def _shuffle(self, u: UOp) -> str | None:
+    """A STACK of lanes of at most two vectors of its own C type (expand's windowed loads) as one
+    UOPC_SHUFFLE; None for any other STACK."""
+    if (sources := self._shuffle_sources(u)) is None: return None
+    width = _lanes(u.dtype.count)
     a, b = sources[0], sources[-1]
     lanes = [(0 if s.src[0] is a else width) + s.arg[0] if isinstance(s.arg, tuple) else (0 if s.src[0] is a else width) + s.arg
              for s in u.src]
@@ -477,6 +484,9 @@ class _Renderer:
     vec = u.src[0]
     if len(lanes) != u.dtype.count or not all(isinstance(i, int) and 0 <= i < vec.dtype.count for i in lanes):
       raise _fail(f"GEP {u.arg!r} out of the lanes of {vec.dtype}")
+    if u.dtype.count == 1 and all(self._shuffle_sources(w) is not None for w in self.users.get(u, [])):
+      self.names[u] = self._lane(vec, lanes[0])  # only shuffles use it, which name its lane themselves
+      return
     self._vector(u, [self._lane(vec, i) for i in lanes])
 
   def _bitcast(self, u: UOp) -> None:
@@ -543,7 +553,8 @@ class _Renderer:
       if op is Ops.RECIP: return f"({_splat(render_const(1.0, st), dt)}/{xs[0]})"
       if op is Ops.MAX:  # NaN if either is NaN (as uopc_maxf), else the larger
         a, b = xs
-        return _select(f"(({a}!={a})|({b}!={b}))", f"({a}+{b})", _select(f"({a}>{b})", a, b, dt), dt)
+        generic = _select(f"(({a}!={a})|({b}!={b}))", f"({a}+{b})", _select(f"({a}>{b})", a, b, dt), dt)
+        return f"{macro}({a}, {b}, {generic})" if (macro := vector_max(st, _lanes(dt.count))) else generic
       return None
     if st.is_int():
       t, w = ctype(dt), vector_type_name(_unsigned(st), _lanes(dt.count))
