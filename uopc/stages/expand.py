@@ -355,7 +355,10 @@ class _Expander:
   def run(self) -> UOp:
     for u in self.sink.toposort():
       self.v[u] = self._expand(u)
-      for c in self.v[u].chunks: note(self.trace, u, c)
+      for c in self.v[u].chunks:
+        note(self.trace, u, c)
+        if u.op is Ops.STORE and c.op is Ops.GROUP:  # a store split into several: each is where u was
+          for x in c.src: note(self.trace, u, x)
     return self.v[self.sink].chunks[0]
 
   def one(self, u: UOp) -> UOp:

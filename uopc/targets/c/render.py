@@ -39,6 +39,7 @@ from uopc.dtype import AddrSpace, DType, PtrDType, dtypes
 from uopc.targets import param_name
 from uopc.ops import GroupOp, Ops
 from uopc.targets.c.prelude import C_PRELUDE, C_SCALAR, VECTOR_LANES, vector_max, vector_type_name
+from uopc.targets.c.shuffle import shuffle, shuffle_sources
 from uopc.targets.c.threads import TASK_PARAM
 from uopc.uop import UOp
 
@@ -94,9 +95,6 @@ def _lanes(count: int) -> int:
   for n in VECTOR_LANES:
     if n >= count: return n
   raise _fail(f"vectors of {count} lanes are wider than {VECTOR_LANES[-1]}")
-
-
-_MASK_INTS = {1: dtypes.int8, 2: dtypes.int16, 4: dtypes.int32, 8: dtypes.int64}  # shuffle masks: integers as wide as the lanes
 
 
 def ctype(dt: DType) -> str:
@@ -456,35 +454,15 @@ class _Renderer:
   def _stack(self, u: UOp) -> None:
     if u.dtype.count != len(u.src) or any(s.dtype != u.dtype.scalar for s in u.src):
       raise _fail(f"STACK of {len(u.src)} values into {u.dtype} is not a vector of its scalars")
-    if (shuffle := self._shuffle(u)) is not None: return self._define(u, shuffle, "vec")
+    if shuffle_sources(u, self.masks) is not None: return self._define(u, shuffle(u, self.names, _lanes(u.dtype.count)), "vec")
     self._vector(u, [self.names[s] for s in u.src])
-
-  def _shuffle_sources(self, u: UOp) -> list[UOp] | None:
-    """The one or two vectors a STACK takes all its lanes from, when they have its C type; else None."""
-    if u.op is not Ops.STACK or u.dtype.count < 2 or u.dtype.scalar is dtypes.bool: return None
-    if not all(s.op is Ops.GEP and s.dtype.count == 1 for s in u.src): return None
-    sources = list(dict.fromkeys(s.src[0] for s in u.src))
-    width = _lanes(u.dtype.count)
-    if len(sources) > 2 or any(v.dtype.count < 2 or _lanes(v.dtype.count) != width or v in self.masks for v in sources): return None
-    return sources
-
-  def _shuffle(self, u: UOp) -> str | None:
-    """A STACK of lanes of at most two vectors of its own C type (expand's windowed loads) as one
-    UOPC_SHUFFLE; None for any other STACK."""
-    if (sources := self._shuffle_sources(u)) is None: return None
-    width = _lanes(u.dtype.count)
-    a, b = sources[0], sources[-1]
-    lanes = [(0 if s.src[0] is a else width) + s.arg[0] if isinstance(s.arg, tuple) else (0 if s.src[0] is a else width) + s.arg
-             for s in u.src]
-    mask = vector_type_name(_MASK_INTS[u.dtype.scalar.itemsize], width)
-    return f"UOPC_SHUFFLE({mask}, {self.names[a]}, {self.names[b]}, {', '.join(map(str, lanes + [0] * (width - len(lanes))))})"
 
   def _gep(self, u: UOp) -> None:
     lanes = u.arg if isinstance(u.arg, tuple) else (u.arg,)
     vec = u.src[0]
     if len(lanes) != u.dtype.count or not all(isinstance(i, int) and 0 <= i < vec.dtype.count for i in lanes):
       raise _fail(f"GEP {u.arg!r} out of the lanes of {vec.dtype}")
-    if u.dtype.count == 1 and all(self._shuffle_sources(w) is not None for w in self.users.get(u, [])):
+    if u.dtype.count == 1 and all(shuffle_sources(w, self.masks) is not None for w in self.users.get(u, [])):
       self.names[u] = self._lane(vec, lanes[0])  # only shuffles use it, which name its lane themselves
       return
     self._vector(u, [self._lane(vec, i) for i in lanes])

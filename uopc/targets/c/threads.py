@@ -9,17 +9,20 @@ threads: the calling thread works too) and the library keeps them, so that a lat
 tasks over in well under a microsecond where starting and joining a thread costs 30 us or more (a
 tenth of a 0.3 ms kernel, and more from a Python process): gelu 128x3072 with --cpu native on 2
 cores, 0.20 -> 0.135 ms, max_pool 0.11 -> 0.056 ms (tests/bench/RESULTS.md, issue 19). An idle
-worker polls for the next launch for UOPC_SPIN_NS (0.3 ms; not when the pool outnumbers the cores),
-then sleeps on a condition variable. The pool is the library's one mutable object: one call at a time
-uses it (a try-lock), and a call that finds it in use by another thread starts and joins its own
-threads per launch as before, so calls from several threads stay safe and independent. A fork's child
-starts its own workers (the pool remembers the process id); the library's destructor (exit, dlclose)
-stops and joins them before the code they run goes away. Workers start with every signal blocked. A
-worker that cannot be started leaves its share to the others, so a launch never fails for lack of
-threads. Each thread takes the next task from a counter shared by the launch (an atomic
-fetch-and-add), so a thread that a busy core slows down takes fewer tasks instead of holding up the
-launch's end; a worker still asleep when the calling thread has run out of tasks does not hold it up
-either (it joins a launch only while the launch is open).
+worker polls for the next launch UOPC_SPIN times (8192 pauses: 0.2 ms on the Zen 5 of the
+benchmarks, a pause's length varies by CPU; not when the pool outnumbers the cores), then sleeps on a
+condition variable. Only C99 and the pthread calls the per-launch threads used are needed (no clock,
+no signal masks): the source still compiles with -std=c99.
+
+The pool is the library's one mutable object: one call at a time uses it (a try-lock), and a call
+that finds it in use by another thread starts and joins its own threads per launch as before, so
+calls from several threads stay safe and independent. A fork's child starts its own workers (the
+pool remembers the process id); the library's destructor (exit, dlclose) stops and joins them
+before the code they run goes away. A worker that cannot be started leaves its share to the others,
+so a launch never fails for lack of threads. Each thread takes the next task from a counter shared
+by the launch (an atomic fetch-and-add), so a thread that a busy core slows down takes fewer tasks
+instead of holding up the launch's end; a worker still asleep when the calling thread has run out
+of tasks does not hold it up either (it joins a launch only while the launch is open).
 
 The worker count: the `num_threads` argument of `PREFIX_ENTRY_with_threads` when it is > 0, else the
 environment variable UOPC_NUM_THREADS when it holds a positive number (read at each call), else the
@@ -37,13 +40,11 @@ TASK_PARAM = "_uopc_task"  # not a name a program can give a DEFINE_VAR of its o
 POOL_C = r"""
 #include <pthread.h>
 #include <sched.h>
-#include <signal.h>
-#include <time.h>
 #include <unistd.h>
 typedef void (*uopc_task_fn)(const void* args, int64_t task);
 typedef struct uopc_task_queue { uopc_task_fn fn; const void* args; int64_t ntasks, next; } uopc_task_queue;
 #define UOPC_MAX_WORKERS 256
-#define UOPC_SPIN_NS 300000 /* how long an idle pool worker polls for the next launch before it sleeps */
+#define UOPC_SPIN 8192 /* pauses an idle pool worker polls for the next launch before it sleeps (0.2 ms on Zen 5) */
 #if defined(__x86_64__) || defined(__i386__)
 #define UOPC_PAUSE() __builtin_ia32_pause()
 #elif defined(__aarch64__)
@@ -87,7 +88,7 @@ static void uopc_spawn_launch(int64_t n, uopc_task_queue* queue) {
    threads. One call at a time uses it (`owner`); a launch is a generation of `launch`: worker i takes
    part when i < `wanted`, joining through `join` (generation << 32 | closed bit 31 | workers joined)
    until the owner, its own tasks done, closes it and waits for the joined workers (`left`). An idle
-   worker polls `launch` for UOPC_SPIN_NS (when the pool does not outnumber the cores), then sleeps
+   worker polls `launch` UOPC_SPIN times (when the pool does not outnumber the cores), then sleeps
    on `wake`. A fork's child starts its own workers; the library's destructor (exit, dlclose) stops
    and joins them. */
 typedef struct uopc_pool {
@@ -106,24 +107,14 @@ typedef struct uopc_pool {
 } uopc_pool;
 static uopc_pool uopc_the_pool = {PTHREAD_MUTEX_INITIALIZER, PTHREAD_MUTEX_INITIALIZER, PTHREAD_COND_INITIALIZER, {0}};
 
-static int64_t uopc_elapsed_ns(const struct timespec* t0) {
-  struct timespec t;
-  clock_gettime(CLOCK_MONOTONIC, &t);
-  return (int64_t)(t.tv_sec - t0->tv_sec) * 1000000000 + (t.tv_nsec - t0->tv_nsec);
-}
-
 /* The first generation after `seen`: polled, then waited for. */
 static uint32_t uopc_await_launch(uopc_pool* p, uint32_t seen) {
   uint32_t now;
-  if (__atomic_load_n(&p->s.spin, __ATOMIC_RELAXED)) {
-    struct timespec t0;
-    clock_gettime(CLOCK_MONOTONIC, &t0);
-    for (unsigned i = 1;; i++) {
+  if (__atomic_load_n(&p->s.spin, __ATOMIC_RELAXED))
+    for (int i = 0; i < UOPC_SPIN; i++) {
       if ((now = __atomic_load_n(&p->s.launch, __ATOMIC_ACQUIRE)) != seen) return now;
       UOPC_PAUSE();
-      if (i % 256 == 0 && uopc_elapsed_ns(&t0) > UOPC_SPIN_NS) break;
     }
-  }
   pthread_mutex_lock(&p->sleep);
   __atomic_fetch_add(&p->s.sleepers, 1, __ATOMIC_SEQ_CST);
   while ((now = __atomic_load_n(&p->s.launch, __ATOMIC_SEQ_CST)) == seen) pthread_cond_wait(&p->wake, &p->sleep);
@@ -159,8 +150,7 @@ static void uopc_pool_publish(uopc_pool* p, uint32_t launch) {
   }
 }
 
-/* Workers up to n - 1 (the caller is the n-th), started with every signal blocked (signals go to the
-   program's own threads); a fork's child forgets its parent's. */
+/* Workers up to n - 1 (the caller is the n-th); a fork's child forgets its parent's. */
 static void uopc_pool_grow(uopc_pool* p, int64_t n) {
   if (p->s.pid != getpid()) {
     p->s.nthreads = 0;
@@ -170,14 +160,10 @@ static void uopc_pool_grow(uopc_pool* p, int64_t n) {
     p->s.sleepers = 0;
   }
   if (p->s.nthreads >= n - 1) return;
-  sigset_t all, old;
-  sigfillset(&all);
-  pthread_sigmask(SIG_SETMASK, &all, &old);
   for (; p->s.nthreads < n - 1; p->s.nthreads++) {
     p->s.first[p->s.nthreads] = __atomic_load_n(&p->s.launch, __ATOMIC_RELAXED);
     if (pthread_create(&p->s.threads[p->s.nthreads], NULL, uopc_pool_worker, (void*)(intptr_t)p->s.nthreads) != 0) break;
   }
-  pthread_sigmask(SIG_SETMASK, &old, NULL);
   long cores = sysconf(_SC_NPROCESSORS_ONLN);
   __atomic_store_n(&p->s.spin, cores < 1 || p->s.nthreads < cores, __ATOMIC_RELAXED);
 }
