@@ -373,10 +373,11 @@ class _Expander:
     """Lanes over `axes`, chunk by chunk: build(lane list) -> the chunk's node. Where the innermost
     axis is longer than the vector width but not a multiple of it (a pooling's 27 output columns
     under its unrolled window taps), the chunks are cut per row of that axis (16 + 11 lanes a row),
-    so that no chunk mixes two rows: a row's lanes are one window of memory (see window_loads)."""
+    so that no chunk mixes two rows: a row's lanes are one window of memory (see window_loads). CPU
+    targets only."""
     n = math.prod(axis_size(r) for r in axes)
     row = axis_size(axes[-1]) if axes else 0
-    if not (isinstance(row, int) and row > self.width and row % self.width and n > row): row = 0
+    if self.caps.gpu or not (isinstance(row, int) and row > self.width and row % self.width and n > row): row = 0
     starts = [(s, min(n, s + self.width)) for s in range(0, n, self.width)] if not row else \
              [(r + c, min(r + row, r + c + self.width)) for r in range(0, n, row) for c in range(0, row, self.width)]
     return Lanes(axes, tuple(build(list(range(a, b))) for a, b in starts), self.width, row)
