@@ -135,24 +135,27 @@ def round_even(x: UOp, fmt: _Format, bias: int = 0) -> tuple[UOp, UOp]:
 
 
 def exp2(x: UOp) -> UOp:
-  """2^x = u * 2^q, q = x rounded, u = 2^(x - q) by the polynomial. x is first clamped to [bottom, top]
-  (2^top overflows, 2^bottom is a quarter of the least subnormal), so the infinities and the underflow
-  to 0 come out of the arithmetic itself and only NaN (which the clamps keep) needs no test either:
-  it propagates. u * 2^q is two multiplications by 2^a and 2^b, a + b = q, both normal over that range,
-  the second rounding once where the result is subnormal; their biased exponents come from q + 2 * bias
-  (added with the rounding's constant) split in halves."""
+  """2^x = u * 2^q, q = x rounded, u = 2^(x - q) by the polynomial. x is first clamped to top (2^top
+  overflows: inf comes out of the arithmetic) and an x below bottom (2^bottom is half the least
+  subnormal: 0) is computed as 0 and its result replaced by 0, so that no product underflows to zero
+  (such a product cost a microcode assist per vector: GPT-2's causal attention, half of whose scores
+  are -inf, ran 5% slower with a clamp to bottom - 1); NaN, which the clamps keep, propagates. u * 2^q
+  is two multiplications by 2^a and 2^b, a + b = q, both normal over that range, the second rounding
+  once where the result is subnormal; their biased exponents come from q + 2 * bias (added with the
+  rounding's constant) split in halves."""
   dt = x.dtype.scalar
   if dt in (dtypes.float16, dtypes.bfloat16): return _in_f32(x, exp2)
   fmt = _Format(dt)
-  top, bottom = float(fmt.bias + 1), float(-(fmt.bias + fmt.mant) - 1)
+  top, bottom = float(fmt.bias + 1), float(-(fmt.bias + fmt.mant))
   v = where(lt(c(x, top), x), c(x, top), x)
-  v = where(lt(v, c(v, bottom)), c(v, bottom), v)
+  under = lt(v, c(v, bottom))
+  v = where(under, c(v, 0.0), v)  # computed as 2^0 and replaced by 0: no underflowing product (a softmax's masked -inf)
   q, biased = round_even(v, fmt, 2 * fmt.bias)
   s = sub(v, q)  # exact, in [-0.5, 0.5]
   u = add(c(s, 1.0), mul(s, horner(s, _EXP2_POLY[dt])))
   half = shr(biased, 1)
   def pow2(e: UOp) -> UOp: return bitcast(shl(e, fmt.mant), dt)
-  return mul(mul(u, pow2(half)), pow2(sub(biased, half)))
+  return where(under, c(x, 0.0), mul(mul(u, pow2(half)), pow2(sub(biased, half))))
 
 
 # ---- LOG2 ----------------------------------------------------------------------------------------------
