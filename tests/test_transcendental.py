@@ -158,9 +158,9 @@ def test_special_values(lib):
 
 
 def test_exp2_every_float32_at_the_overflow_and_underflow_edges(lib):
-  """Every float32 in [127, 129] and [-152, -148] (the inputs are clamped to [-151, 128] before the
-  rounding, and the scale by 2^q is split in two around these edges), with NaN and the infinities
-  coming out of the arithmetic: within 1 ULP, inf from 128 up, 0 from -150 down."""
+  """Every float32 in [127, 129] and [-152, -148] (inputs above 128 are clamped to it, those below -150
+  replaced by 0 and their results by 0, and the scale by 2^q is split in two around these edges),
+  with NaN and +inf coming out of the arithmetic: within 1 ULP, inf from 128 up, 0 from -150 down."""
   edges = [np.arange(np.float32(a).view(np.uint32), np.float32(b).view(np.uint32), dtype=np.uint32).view(np.float32)
            for a, b in ((127.0, 129.0), (-148.0, -152.0))]
   x = np.concatenate(edges + [np.array([math.nan, -math.nan, math.inf, -math.inf, 3.4028235e38, -3.4028235e38], np.float32)])
