@@ -202,3 +202,38 @@ def test_order_does_not_depend_on_construction_order_ids_or_hash_seed():
     assert res.returncode == 0, res.stderr
     outputs.add(res.stdout)
   assert len(outputs) == 1, "\n----\n".join(outputs)
+
+
+def _two_chains(gated: bool = False):
+  """Two independent chains of 4 multiplications in one loop (an UPCAST's two register copies)."""
+  r = rng(8, 0)
+  a, b, out = param(0), param(1), param(2)
+  chains = []
+  for k, buf in enumerate((a, b)):
+    v = ld(buf, r) if not gated else UOp(Ops.LOAD, f32, (UOp(Ops.INDEX, buf.dtype, (buf, r)), c(0.0, f32), r.alu(Ops.CMPLT, c(4))))
+    for i in range(4): v = v.alu(Ops.MUL, c(float(i + 2), f32))
+    chains.append(st(out, r.alu(Ops.ADD, c(8 * k)), v))
+  return sink(end(UOp(Ops.GROUP, dtypes.void, tuple(chains)), r)), chains
+
+
+def _mul_positions(linear: UOp) -> list[int]:
+  """For each MUL in order, which chain (0 or 1) it belongs to: the chain whose load it descends from."""
+  owner, out = {}, []
+  for u in linear.src:
+    if u.op is Ops.LOAD: owner[u] = u.src[0].src[0].arg[0]
+    elif u.op is Ops.MUL and u.dtype == f32:
+      owner[u] = owner[u.src[0]]
+      out.append(owner[u])
+  return out
+
+
+def test_interleave_alternates_independent_chains():
+  s, _ = _two_chains()
+  blocks_at(linearize(s, interleave=True))
+  assert _mul_positions(linearize(s)) == [0, 0, 0, 0, 1, 1, 1, 1]  # one chain after the other: the DFS order
+  assert _mul_positions(linearize(s, interleave=True)) == [0, 1, 0, 1, 0, 1, 0, 1]  # step by step side by side
+
+
+def test_interleave_leaves_kernels_with_gated_loads_alone():
+  s, _ = _two_chains(gated=True)
+  assert _mul_positions(linearize(s, interleave=True)) == [0, 0, 0, 0, 1, 1, 1, 1]

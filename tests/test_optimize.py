@@ -342,3 +342,21 @@ def test_every_heuristic_opt_is_legal_on_many_shapes():
       from uopc.stages.optimize import heuristic_opts
       for caps in (C, GPU, target_caps("llvm")):
         apply_opts(type_axes(k, caps), heuristic_opts(type_axes(k, caps), caps), caps, name)
+
+
+def test_elementwise_transcendentals_get_eight_registers_of_lanes():
+  """A transcendental is a chain of ~30 dependent ops per element on CPUs: 8 registers' worth of lanes
+  (their copies interleaved by Linearize); a short elementwise body keeps 2 registers' worth."""
+  text = """func f {
+  %o = PARAM([4, 1024]) {(1, "o")} : f32
+  %x = PARAM([4, 1024]) {(0, "x")} : f32
+  %e = EXP2(%x)
+  %s = STORE(%o, %e)
+  SINK(%s)
+}
+"""
+  for caps in (target_caps("c", 16), target_caps("c", 32), target_caps("c", 64)):
+    for program, registers in ((text, 8), (text.replace("EXP2(%x)", "ADD(%x, %x)"), 2)):
+      kernel = next(iter(kernels_of(program, caps).values()))
+      lanes = [o.arg[0] for o in heuristic_opts(kernel, caps) if o.op is OptOp.SPLIT and o.arg[1] is AxisType.UPCAST]
+      assert lanes == [registers * caps.vector_width], (caps.vector_width, program)

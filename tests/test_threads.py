@@ -82,12 +82,26 @@ def test_the_environment_sets_the_default_worker_count(libs, monkeypatch):
     np.testing.assert_array_equal(run_func(threaded, FUNCS[0], inputs)["c"], want["c"])
 
 
-def test_the_pool_keeps_no_global_state(libs):
+def test_the_pool_is_the_only_global_state(libs):
   tmp, _, _ = libs
   source = (tmp / "threaded" / f"{LIB}.c").read_text()
   file_scope = [line for line in source.splitlines() if re.match(r"(static\s+)?[A-Za-z_][\w\s\*]*\s\w+\s*(\[[^\]]*\])?\s*(=|;)", line)]
-  assert not [line for line in file_scope if "const" not in line and not line.startswith("typedef")], file_scope
-  assert "pthread_join" in POOL_C and "static pthread" not in POOL_C
+  mutable = [line for line in file_scope if "const" not in line and not line.startswith("typedef")]
+  assert len(mutable) == 1 and mutable[0].startswith("static uopc_pool uopc_the_pool = "), mutable
+
+
+def _threads() -> int: return len(os.listdir("/proc/self/task"))
+
+
+@pytest.mark.skipif(not os.path.isdir("/proc/self/task"), reason="counts threads through /proc")
+def test_workers_are_started_once_and_kept(libs):
+  _, _, threaded = libs
+  inputs = random_inputs(FUNCS[0], 0)
+  run_func(threaded, FUNCS[0], inputs, "_with_threads", (3,))
+  before = _threads()
+  for n in (3, 2, 3, 1):
+    run_func(threaded, FUNCS[0], inputs, "_with_threads", (n,))
+    assert _threads() == before, f"a launch with {n} threads started or ended threads"
 
 
 DRIVER = r"""
@@ -146,3 +160,53 @@ def test_sanitizers_see_no_race_leak_or_overflow(libs, sanitizer):
   run = subprocess.run([str(exe)], capture_output=True, text=True, env=env)
   assert run.returncode == 0 and run.stdout == "ok\n", run.stdout + run.stderr
   assert "Sanitizer" not in run.stderr, run.stderr
+
+
+LIFECYCLE = r"""
+#include <dlfcn.h>
+#include <stdio.h>
+#include <string.h>
+#include <sys/wait.h>
+#include <unistd.h>
+enum { M = %(M)d, K = %(K)d, N = %(N)d };
+typedef int (*gemm_fn)(const float*, const float*, float*, int);
+static float a[M * K], b[K * N], ref[M * N], out[M * N];
+static int same(gemm_fn f, int threads) {
+  memset(out, 0, sizeof(out));
+  return f(a, b, out, threads) == 0 && memcmp(out, ref, sizeof(ref)) == 0;
+}
+int main(int argc, char** argv) {
+  (void)argc;
+  for (int i = 0; i < M * K; i++) a[i] = (float)((i * 7) %% 13) - 6.0f;
+  for (int i = 0; i < K * N; i++) b[i] = (float)((i * 5) %% 11) * 0.25f;
+  for (int round = 0; round < 3; round++) {
+    void* lib = dlopen(argv[1], RTLD_NOW | RTLD_LOCAL);
+    if (lib == NULL) { printf("dlopen: %%s\n", dlerror()); return 2; }
+    gemm_fn f = (gemm_fn)dlsym(lib, "t_gemm_with_threads");
+    if (round == 0 && f(a, b, ref, 1) != 0) return 3;
+    if (!same(f, 3)) { printf("parent\n"); return 4; }
+    pid_t child = fork();
+    if (child == 0) _exit(same(f, 3) && same(f, 2) ? 0 : 5);  /* the parent's workers do not exist here */
+    int status = 0;
+    waitpid(child, &status, 0);
+    if (!WIFEXITED(status) || WEXITSTATUS(status) != 0) { printf("child %%d\n", status); return 6; }
+    if (!same(f, 3)) { printf("after fork\n"); return 7; }
+    if (dlclose(lib) != 0) return 8;  /* the workers stop before the code they run goes away */
+    usleep(2000);
+  }
+  printf("ok\n");
+  return 0;
+}
+"""
+
+
+def test_a_fork_child_and_dlclose_are_safe(libs):
+  if not have("gcc"): pytest.skip("gcc is not installed")
+  tmp, _, _ = libs
+  d = tmp / "threaded"
+  (d / "lifecycle.c").write_text(LIFECYCLE % {"M": M, "K": K, "N": N})
+  exe = d / "lifecycle"
+  res = subprocess.run(["gcc", "-O1", "-o", str(exe), str(d / "lifecycle.c"), "-ldl"], capture_output=True, text=True)
+  assert res.returncode == 0, res.stderr
+  run = subprocess.run([str(exe), str(d / f"lib{LIB}.so")], capture_output=True, text=True, timeout=60)
+  assert run.returncode == 0 and run.stdout == "ok\n", (run.returncode, run.stdout, run.stderr)

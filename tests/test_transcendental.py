@@ -157,6 +157,21 @@ def test_special_values(lib):
   assert np.signbit(sin[1]) and sin[1] == 0 and np.isnan(sin[[2, 3, 4]]).all() and sin[6] == np.float32(1e-45)
 
 
+def test_exp2_every_float32_at_the_overflow_and_underflow_edges(lib):
+  """Every float32 in [127, 129] and [-152, -148] (inputs above 128 are clamped to it, those below -150
+  replaced by 0 and their results by 0, and the scale by 2^q is split in two around these edges),
+  with NaN and +inf coming out of the arithmetic: within 1 ULP, inf from 128 up, 0 from -150 down."""
+  edges = [np.arange(np.float32(a).view(np.uint32), np.float32(b).view(np.uint32), dtype=np.uint32).view(np.float32)
+           for a, b in ((127.0, 129.0), (-148.0, -152.0))]
+  x = np.concatenate(edges + [np.array([math.nan, -math.nan, math.inf, -math.inf, 3.4028235e38, -3.4028235e38], np.float32)])
+  got = lib("exp2_float32", x)
+  assert ulp_errors(got, reference(Ops.EXP2, x, dtypes.float32)).max() <= 1
+  assert np.isnan(got[-6:-4]).all() and (got[x >= 128] == math.inf).all() and (got[x <= -150] == 0).all()
+  for dt in (dtypes.float32, dtypes.float64):  # the rounding adds a constant: no float-to-int CAST, undefined for NaN
+    lowered = isel(UOp(Ops.SINK, dtypes.void, (UOp(Ops.EXP2, dt, (UOp(Ops.DEFINE_VAR, dt, (), ("x", -1.0, 1.0)),)),)), C_DECOMPOSED)
+    assert not [u for u in lowered.toposort() if u.op is Ops.CAST and u.dtype.is_int()]
+
+
 def test_pow_follows_c(lib):
   vals = [0.0, -0.0, 1.0, -1.0, 0.5, -0.5, 2.0, -2.0, 3.0, -3.0, 2.5, -2.5, math.inf, -math.inf, math.nan, 1e-3, 1e30, 7.0]
   a, b = (g.ravel() for g in np.meshgrid(np.array(vals), np.array(vals)))

@@ -10,7 +10,8 @@ ABI (also in the generated header's comment and the README):
 - The return value is a `uopc_status`: 0 on success, else the first failed check (a NULL buffer, a
   written buffer passed again as another argument, a DEFINE_VAR outside its [min, max]);
   `PREFIX_strerror(code)` describes a code. Nothing is run when a check fails.
-- No global mutable state: entries may run concurrently from several threads on distinct outputs.
+- No global mutable state but the worker pool of THREAD kernels (uopc.targets.c.threads): entries may run
+  concurrently from several threads on distinct outputs.
 - Metadata: `PREFIX_num_entries()`, `PREFIX_entry_info(i)`, `PREFIX_find_entry(name)` return
   constant tables (`uopc_entry_info`, `uopc_arg_info`): argument names, kinds, dtypes (enum and name),
   whether written, shapes when known (ndim -1 otherwise) and DEFINE_VAR ranges.
@@ -285,8 +286,8 @@ def _header_comment(name: str, prefix: str) -> str:
    It returns UOPC_OK (0) or the uopc_status of the first failed check (NULL buffer, a written buffer
    passed twice, a size outside its [min, max]); nothing runs then. {prefix}_strerror(code) describes
    a code. Buffers must hold the elements the program indexes (the shape, when known) and must not
-   overlap. The library keeps no mutable global state: calls are thread-safe when their written
-   buffers are distinct. {prefix}_num_entries, {prefix}_entry_info and {prefix}_find_entry describe
+   overlap. Calls are thread-safe when their written buffers are distinct (the one mutable global
+   state is the worker pool of threaded entries, used by one call at a time). {prefix}_num_entries, {prefix}_entry_info and {prefix}_find_entry describe
    the entries at run time. Link with -l{name} (lib{name}.so). */"""
 
 

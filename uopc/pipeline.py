@@ -76,9 +76,12 @@ def _isel(target: str, fast_math: bool, contract: bool = False) -> Callable[[UOp
   return run
 
 
-def _linearize(sink: UOp, name: str) -> UOp:
-  from uopc.stages.linearize import linearize
-  return linearize(sink)
+def _linearize(target: str) -> Callable[[UOp, str], UOp]:
+  """Order each kernel; on the CPU targets interleaving independent chains (uopc.stages.linearize)."""
+  def run(sink: UOp, name: str) -> UOp:
+    from uopc.stages.linearize import linearize
+    return linearize(sink, interleave=target in ("c", "llvm"))
+  return run
 
 
 def pipeline(target: str, loc_of: Callable[[UOp], Any] = lambda u: None, schedule: Mapping[str, tuple] | None = None,
@@ -92,7 +95,7 @@ def pipeline(target: str, loc_of: Callable[[UOp], Any] = lambda u: None, schedul
   `archs` the GPU archs of the build (--arch; (): the target's defaults), whose limits Optimize meets;
   `fp_contract` (--fp-contract=fast) lets Instruction Selection fuse a float ADD(MUL) into one multiply-add."""
   return (Stage("callify", _callify), Stage("rangeify", _rangeify(target)), Stage("optimize", _optimize(target, schedule, relocate, vector_bytes, archs)),
-          Stage("expand", _expand(relocate)), Stage("isel", _isel(target, fast_math, fp_contract)), Stage("linearize", _linearize),
+          Stage("expand", _expand(relocate)), Stage("isel", _isel(target, fast_math, fp_contract)), Stage("linearize", _linearize(target)),
           Stage("plan", _plan), Stage("render", get_target(target).render_stage(loc_of, fast_math)))
 
 

@@ -10,7 +10,8 @@
 2. Lanes. Every value that depends on expanded axes becomes a vector with one lane per point of those
    axes: UNROLL axes vary slowest, then UPCAST axes in axis order. A value wider than the target's
    vector width is kept as consecutive chunks of that width (the devectorised form), so no op is ever
-   wider than the target handles. An op's operands are brought to its lanes with GEP (a lane
+   wider than the target handles; chunks do not straddle two rows of an innermost axis that is longer
+   than the width but not a multiple of it. An op's operands are brought to its lanes with GEP (a lane
    permutation or broadcast) or, across chunks, a STACK of lanes.
 3. Memory. A LOAD or STORE address that is `base + sum(c_a * axis_a)` gives each lane a constant
    offset from one base; runs of consecutive offsets (whose start is a multiple of their width on
@@ -292,14 +293,19 @@ def _fold_half(ptr: UOp, off: UOp, m: int, op: Ops, dt, names: _Names) -> tuple[
 
 @dataclass(frozen=True)
 class Lanes:
-  """A value over `axes`: lane i is element i % width of chunks[i // width]."""
+  """A value over `axes`: lane i is element i % width of chunks[i // width]; with rows (`row` > 0),
+  lane i is element (i % row) % width of the ((i % row) // width)-th chunk of row i // row."""
   axes: tuple[UOp, ...]
   chunks: tuple[UOp, ...]
   width: int
+  row: int = 0
 
   @property
   def count(self) -> int: return math.prod(axis_size(r) for r in self.axes)
-  def pick(self, i: int) -> tuple[UOp, int]: return self.chunks[i // self.width], i % self.width
+  def pick(self, i: int) -> tuple[UOp, int]:
+    if not self.row: return self.chunks[i // self.width], i % self.width
+    r, col = divmod(i, self.row)
+    return self.chunks[r * -(-self.row // self.width) + col // self.width], col % self.width
   def scalar(self, i: int) -> UOp:
     c, j = self.pick(i)
     if c.op is Ops.STACK: return c.src[j]
@@ -349,7 +355,10 @@ class _Expander:
   def run(self) -> UOp:
     for u in self.sink.toposort():
       self.v[u] = self._expand(u)
-      for c in self.v[u].chunks: note(self.trace, u, c)
+      for c in self.v[u].chunks:
+        note(self.trace, u, c)
+        if u.op is Ops.STORE and c.op is Ops.GROUP:  # a store split into several: each is where u was
+          for x in c.src: note(self.trace, u, x)
     return self.v[self.sink].chunks[0]
 
   def one(self, u: UOp) -> UOp:
@@ -361,9 +370,17 @@ class _Expander:
   def flat(self, u: UOp) -> tuple[UOp, ...]: return self.v[u].chunks
 
   def make(self, axes: tuple[UOp, ...], build) -> Lanes:
-    """Lanes over `axes`, chunk by chunk: build(lane list) -> the chunk's node."""
+    """Lanes over `axes`, chunk by chunk: build(lane list) -> the chunk's node. Where the innermost
+    axis is longer than the vector width but not a multiple of it (a pooling's 27 output columns
+    under its unrolled window taps), the chunks are cut per row of that axis (16 + 11 lanes a row),
+    so that no chunk mixes two rows: a row's lanes are one window of memory (see window_loads). CPU
+    targets only."""
     n = math.prod(axis_size(r) for r in axes)
-    return Lanes(axes, tuple(build(list(range(s, min(n, s + self.width)))) for s in range(0, n, self.width)), self.width)
+    row = axis_size(axes[-1]) if axes else 0
+    if self.caps.gpu or not (isinstance(row, int) and row > self.width and row % self.width and n > row): row = 0
+    starts = [(s, min(n, s + self.width)) for s in range(0, n, self.width)] if not row else \
+             [(r + c, min(r + row, r + c + self.width)) for r in range(0, n, row) for c in range(0, row, self.width)]
+    return Lanes(axes, tuple(build(list(range(a, b))) for a, b in starts), self.width, row)
 
   def operand(self, s: UOp, axes: tuple[UOp, ...], lanes: list[int]) -> UOp:
     key = (axes, self.v[s].axes)  # few distinct pairs in a kernel: project each once
@@ -435,7 +452,9 @@ class _Expander:
     form = self.offsets(idx.src[1], axes) if gate is None or not self.v[gate].axes else None
     def access(lanes: list[int]) -> UOp:
       if form is None: return self.scalar_loads(u, ptr, axes, lanes)
-      pieces = [self.vector_load(u, ptr, form[0], form[1][run[0]], axes, run) for run in self.runs(form[0], form[1], lanes)]
+      runs = self.runs(form[0], form[1], lanes)
+      if (window := self.window_loads(u, ptr, form[0], form[1], lanes, len(runs))) is not None: return window
+      pieces = [self.vector_load(u, ptr, form[0], form[1][run[0]], axes, run) for run in runs]
       return pieces[0] if len(pieces) == 1 else _stack_pieces(pieces)
     return self.make(axes, access)
 
@@ -443,6 +462,23 @@ class _Expander:
     at = UOp(Ops.INDEX, ptr.dtype, (ptr, simplify(base.alu(Ops.ADD, _idx(delta)))))
     extra = ((self.operand(u.src[1], axes, run), self.one(u.src[2])) if len(u.src) == 3 else ())
     return UOp(Ops.LOAD, u.dtype.vec(len(run)), (at,) + extra)
+
+  def window_loads(self, u: UOp, ptr: UOp, base: UOp, deltas: list[int], lanes: list[int], runs: int) -> UOp | None:
+    """Lanes that read scattered elements of a span of at most two vectors (a strided window: a
+    pooling's stride-2 taps, every other element of a row) as one or two vector loads inside that span
+    (they read nothing the lanes do not lie between) and a STACK of their lanes, which the CPU
+    renderers make one shuffle, instead of a load per lane. Ungated loads on targets without aligned
+    vector accesses (CPUs) only."""
+    if runs < 3 or len(u.src) != 1 or self.caps.aligned_vectors: return None
+    lo, hi = min(deltas[i] for i in lanes), max(deltas[i] for i in lanes)
+    n = min(hi - lo + 1, self.width)
+    if hi - lo + 1 > 2 * self.width: return None
+    starts = [lo] if hi - lo < n else [lo, hi - n + 1]
+    windows = [UOp(Ops.LOAD, u.dtype.vec(n), (UOp(Ops.INDEX, ptr.dtype, (ptr, simplify(base.alu(Ops.ADD, _idx(s))))),)) for s in starts]
+    def lane(d: int) -> UOp:
+      k = 0 if d - starts[0] < n else 1
+      return UOp(Ops.GEP, u.dtype, (windows[k],), (d - starts[k],))
+    return UOp(Ops.STACK, u.dtype.vec(len(lanes)), tuple(lane(deltas[i]) for i in lanes))
 
   def scalar_loads(self, u: UOp, ptr: UOp, axes, lanes: list[int]) -> UOp:
     vals = []

@@ -17,7 +17,13 @@ ENDIF. The algorithm:
    opener goes in its parent block, its closer last in its own block.
 4. Order. Inside each block, ops and child blocks are toposorted as units (a child block depends on
    whatever any op inside it reads from the enclosing block) and ties go to the earlier DFS
-   position. Blocks are flattened to opener, body, closer. A block without a closer in the graph
+   position. With `interleave` (CPU targets), the unit of least depth (the longest chain of the
+   block's units before it) goes first: the copies of an UPCAST wider than a register, or of an
+   unrolled window, are emitted step by step side by side instead of one chain after the other, and
+   C compilers keep that order (they schedule little before register allocation), so the CPU finds
+   independent work within its window (one core: gelu 0.216 -> 0.198 ms, max_pool 0.102 -> 0.055,
+   softmax 0.243 -> 0.204). Not in kernels with gated loads: their lanes load one by one, and hoisting
+   all of them ahead of their selects made the 3x3 convolution 25% slower. Blocks are flattened to opener, body, closer. A block without a closer in the graph
    gets one synthesized after its last instruction: END(last, range) or ENDIF(if).
 
 Only the graph's structure and source order decide the result (never ids, hashes or set order), so
@@ -37,9 +43,11 @@ CLOSERS = frozenset({Ops.END, Ops.ENDIF})
 _KIND_RANK = {Ops.SPECIAL: 0, Ops.RANGE: 1, Ops.IF: 2}
 
 
-def linearize(sink: UOp) -> UOp:
-  """The LINEAR of a kernel SINK: every instruction once, blocks nested, loop invariants hoisted."""
-  return _Linearizer(sink).run()
+def linearize(sink: UOp, interleave: bool = False) -> UOp:
+  """The LINEAR of a kernel SINK: every instruction once, blocks nested, loop invariants hoisted.
+  `interleave` (the CPU targets): see step 4, unless the kernel has gated loads."""
+  gated = any(u.op is Ops.LOAD and len(u.src) == 3 for u in sink.toposort())
+  return _Linearizer(sink, interleave and not gated).run()
 
 
 def _fail(message: str) -> CompileError: return CompileError([error(None, f"linearize: {message}")])
@@ -55,7 +63,8 @@ def closed_block(u: UOp) -> UOp:
 
 
 class _Linearizer:
-  def __init__(self, sink: UOp):
+  def __init__(self, sink: UOp, interleave: bool = False):
+    self.interleave = interleave
     self.nodes = [u for u in sink.toposort() if u is not sink]
     self.pos = {u: i for i, u in enumerate(self.nodes)}
     self.scope = self._scopes()
@@ -203,15 +212,17 @@ class _Linearizer:
     for it in items:
       for d in deps[it]: users[d].append(it)
     waiting = {it: len(deps[it]) for it in items}
-    ready = [(self.pos[it], it) for it in items if waiting[it] == 0]
+    depth = {it: 0 for it in items}
+    ready = [(0, self.pos[it], it) for it in items if waiting[it] == 0]
     heapq.heapify(ready)
     order = []
     while ready:
-      _, it = heapq.heappop(ready)
+      _, _, it = heapq.heappop(ready)
       order.append(it)
       for u in users[it]:
         waiting[u] -= 1
-        if waiting[u] == 0: heapq.heappush(ready, (self.pos[u], u))
+        depth[u] = max(depth[u], depth[it] + 1)
+        if waiting[u] == 0: heapq.heappush(ready, (depth[u] if self.interleave else 0, self.pos[u], u))
     if len(order) != len(items): raise _fail("the ops of a block depend on each other in a cycle across blocks")
     return order
 

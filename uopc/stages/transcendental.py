@@ -122,21 +122,40 @@ _EXP2_POLY = {
 }
 
 
+def round_even(x: UOp, fmt: _Format, bias: int = 0) -> tuple[UOp, UOp]:
+  """x rounded to the nearest integer (ties to even) as a float, and that integer plus `bias` as fmt.int,
+  for |x| <= 2^(mant-1): x + 1.5 * 2^mant has the integer in its low significand bits, subtracting the
+  constant again gives it as a float, exactly (NaN gives NaN and an unspecified integer). Three
+  operations where a conversion to an integer and back takes four or more, and no float-to-int cast
+  whose result is undefined for NaN."""
+  magic = 1.5 * 2.0 ** fmt.mant
+  t = add(x, c(x, magic))
+  magic_bits = (fmt.mant + fmt.bias) << fmt.mant | 1 << (fmt.mant - 1)  # exponent mant, significand 1.5
+  return add(t, c(t, -magic)), add(bitcast(t, fmt.int), UOp.const(_like(x, fmt.int), bias - magic_bits))
+
+
 def exp2(x: UOp) -> UOp:
+  """2^x = u * 2^q, q = x rounded, u = 2^(x - q) by the polynomial. x is first clamped to top (2^top
+  overflows: inf comes out of the arithmetic) and an x below bottom (2^bottom is half the least
+  subnormal: 0) is computed as 0 and its result replaced by 0, so that no product underflows to zero
+  (such a product cost a microcode assist per vector: GPT-2's causal attention, half of whose scores
+  are -inf, ran 5% slower with a clamp to bottom - 1); NaN, which the clamps keep, propagates. u * 2^q
+  is two multiplications by 2^a and 2^b, a + b = q, both normal over that range, the second rounding
+  once where the result is subnormal; their biased exponents come from q + 2 * bias (added with the
+  rounding's constant) split in halves."""
   dt = x.dtype.scalar
   if dt in (dtypes.float16, dtypes.bfloat16): return _in_f32(x, exp2)
   fmt = _Format(dt)
-  top, bottom = fmt.bias + 1, -(fmt.bias + fmt.mant)  # 2^top overflows; 2^bottom is half the least subnormal
-  finite = where(lt(x, c(x, float(top))), where(lt(c(x, float(bottom)), x), x, c(x, 0.0)), c(x, 0.0))  # NaN -> 0
-  q = round_to_int(finite, fmt)
-  s = sub(finite, cast(q, dt))  # exact, in [-0.5, 0.5]
+  top, bottom = float(fmt.bias + 1), float(-(fmt.bias + fmt.mant))
+  v = where(lt(c(x, top), x), c(x, top), x)
+  under = lt(v, c(v, bottom))
+  v = where(under, c(v, 0.0), v)  # computed as 2^0 and replaced by 0: no underflowing product (a softmax's masked -inf)
+  q, biased = round_even(v, fmt, 2 * fmt.bias)
+  s = sub(v, q)  # exact, in [-0.5, 0.5]
   u = add(c(s, 1.0), mul(s, horner(s, _EXP2_POLY[dt])))
-  # u * 2^q in two steps, so that neither power of two leaves the normal range
-  half_q = shr(q, 1)
-  u = mul(mul(u, fmt.pow2(half_q)), fmt.pow2(sub(q, half_q)))
-  u = where(lt(x, c(x, float(top))), u, c(x, math.inf))
-  u = where(lt(c(x, float(bottom)), x), u, c(x, 0.0))
-  return where(is_nan(x), x, u)
+  half = shr(biased, 1)
+  def pow2(e: UOp) -> UOp: return bitcast(shl(e, fmt.mant), dt)
+  return where(under, c(x, 0.0), mul(mul(u, pow2(half)), pow2(sub(biased, half))))
 
 
 # ---- LOG2 ----------------------------------------------------------------------------------------------

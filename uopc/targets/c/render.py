@@ -38,7 +38,8 @@ from uopc.diagnostics import CompileError, error
 from uopc.dtype import AddrSpace, DType, PtrDType, dtypes
 from uopc.targets import param_name
 from uopc.ops import FUSED, GroupOp, Ops
-from uopc.targets.c.prelude import C_PRELUDE, C_SCALAR, VECTOR_LANES, vector_type_name
+from uopc.targets.c.prelude import C_PRELUDE, C_SCALAR, VECTOR_LANES, vector_max, vector_type_name
+from uopc.targets.c.shuffle import shuffle, shuffle_sources
 from uopc.targets.c.threads import TASK_PARAM
 from uopc.uop import UOp
 
@@ -456,6 +457,7 @@ class _Renderer:
   def _stack(self, u: UOp) -> None:
     if u.dtype.count != len(u.src) or any(s.dtype != u.dtype.scalar for s in u.src):
       raise _fail(f"STACK of {len(u.src)} values into {u.dtype} is not a vector of its scalars")
+    if shuffle_sources(u, self.masks) is not None: return self._define(u, shuffle(u, self.names, _lanes(u.dtype.count)), "vec")
     self._vector(u, [self.names[s] for s in u.src])
 
   def _gep(self, u: UOp) -> None:
@@ -463,6 +465,9 @@ class _Renderer:
     vec = u.src[0]
     if len(lanes) != u.dtype.count or not all(isinstance(i, int) and 0 <= i < vec.dtype.count for i in lanes):
       raise _fail(f"GEP {u.arg!r} out of the lanes of {vec.dtype}")
+    if u.dtype.count == 1 and all(shuffle_sources(w, self.masks) is not None for w in self.users.get(u, [])):
+      self.names[u] = self._lane(vec, lanes[0])  # only shuffles use it, which name its lane themselves
+      return
     self._vector(u, [self._lane(vec, i) for i in lanes])
 
   def _bitcast(self, u: UOp) -> None:
@@ -531,7 +536,8 @@ class _Renderer:
       if op is Ops.RECIP: return f"({_splat(render_const(1.0, st), dt)}/{xs[0]})"
       if op is Ops.MAX:  # NaN if either is NaN (as uopc_maxf), else the larger
         a, b = xs
-        return _select(f"(({a}!={a})|({b}!={b}))", f"({a}+{b})", _select(f"({a}>{b})", a, b, dt), dt)
+        generic = _select(f"(({a}!={a})|({b}!={b}))", f"({a}+{b})", _select(f"({a}>{b})", a, b, dt), dt)
+        return f"{macro}({a}, {b}, {generic})" if (macro := vector_max(st, _lanes(dt.count))) else generic
       return None
     if st.is_int():
       t, w = ctype(dt), vector_type_name(_unsigned(st), _lanes(dt.count))
