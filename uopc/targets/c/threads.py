@@ -9,7 +9,7 @@ threads: the calling thread works too) and the library keeps them, so that a lat
 tasks over in well under a microsecond where starting and joining a thread costs 30 us or more (a
 tenth of a 0.3 ms kernel, and more from a Python process): gelu 128x3072 with --cpu native on 2
 cores, 0.20 -> 0.135 ms, max_pool 0.11 -> 0.056 ms (tests/bench/RESULTS.md, issue 19). An idle
-worker polls for the next launch UOPC_SPIN times (8192 pauses: 0.2 ms on the Zen 5 of the
+worker polls for the next launch UOPC_SPIN times (512 pauses: about 12 us on the Zen 5 of the
 benchmarks, a pause's length varies by CPU; not when the pool outnumbers the cores), then sleeps on a
 condition variable. Only C99 and the pthread calls the per-launch threads used are needed (no clock,
 no signal masks): the source still compiles with -std=c99.
@@ -44,7 +44,8 @@ POOL_C = r"""
 typedef void (*uopc_task_fn)(const void* args, int64_t task);
 typedef struct uopc_task_queue { uopc_task_fn fn; const void* args; int64_t ntasks, next; } uopc_task_queue;
 #define UOPC_MAX_WORKERS 256
-#define UOPC_SPIN 8192 /* pauses an idle pool worker polls for the next launch before it sleeps (0.2 ms on Zen 5) */
+#define UOPC_SPIN 512 /* pauses an idle pool worker polls for the next launch before it sleeps (about 12 us on Zen 5; 8192,
+                         0.2 ms, kept a core spinning for one library while another ran: float32 gemm 256 0.13 -> 0.11 ms) */
 #if defined(__x86_64__) || defined(__i386__)
 #define UOPC_PAUSE() __builtin_ia32_pause()
 #elif defined(__aarch64__)
