@@ -68,9 +68,11 @@ def _check(prog: Program, how: str, arrays: dict) -> None:
   assert all(_same(arrays[k], v) for k, v in prog.outputs.items()), _mismatch(prog, how, arrays, prog.text())
 
 
-def run_batch(progs: list[Program]) -> None:
+def run_batch(progs: list[Program], base: Path) -> None:
+  """Build and run one batch in a fresh folder under `base` (pytest's tmp_path: hypothesis calls this once an
+  example), removed afterwards."""
   for i, p in enumerate(progs): p.name = f"p{i}"
-  with tempfile.TemporaryDirectory(prefix="uopc-diff-") as tmp:
+  with tempfile.TemporaryDirectory(prefix="uopc-diff-", dir=base) as tmp:
     path = Path(tmp) / "batch.uop"
     path.write_text("".join(p.text() for p in progs))
     module = load_module(str(path))
@@ -97,10 +99,10 @@ def test_the_targets_under_test():
 
 
 @pytest.mark.parametrize("shard", range(SHARDS))
-def test_random_programs_agree_with_numpy(shard):
+def test_random_programs_agree_with_numpy(shard, tmp_path):
   @settings(max_examples=BATCHES, deadline=None, database=None, phases=[Phase.generate], suppress_health_check=list(HealthCheck))
   @given(st.lists(programs(), min_size=BATCH, max_size=BATCH))
-  def check(progs): run_batch(progs)
+  def check(progs): run_batch(progs, tmp_path)
   (check if SEED == "random" else seed(int(SEED) * SHARDS + shard)(check))()
 
 
@@ -112,7 +114,7 @@ def test_the_generator_writes_the_forms_the_compiler_folds(op, tmp_path):
   @settings(max_examples=3, deadline=None, database=None, phases=[Phase.generate], suppress_health_check=list(HealthCheck))
   @given(st.lists(programs(ops=(op,), min_ops=1, max_ops=1), min_size=8, max_size=8))
   def check(progs):
-    run_batch(progs)
+    run_batch(progs, tmp_path)
     (tmp_path / "f.uop").write_text("".join(p.text() for p in progs))
     printed = io.StringIO()
     build(tmp_path / "f.uop", BuildOptions("c", tmp_path / "out", emit=("source",), print_after=("isel", "rangeify"), print_out=printed))
