@@ -207,6 +207,9 @@ def _comma_list(ctx, param, value: str | None) -> tuple[str, ...] | None:
                    "-ffp-contract=fast do; -t cuda fma.rn, -t amd llvm.fma), where the target forms them; results then "
                    "differ from the IR's two roundings in the last bits, and are more accurate. off: every operation "
                    "rounds as the IR says. --fast-math implies fast.")
+@click.option("--allow-tf32", is_flag=True,
+              help="-t cuda: float32 gemms may run on the tensor cores as tf32 (inputs rounded to 10 mantissa bits, "
+                   "products summed in float32: about 1e-3 relative error, as torch's allow_tf32). Off by default.")
 @click.option("--cpu", default="portable", show_default=True, type=click.Choice(["portable", "native", "x86-64-v2", "x86-64-v3", "x86-64-v4"]),
               help="-t c: the instruction set the library is built for. portable: the architecture's baseline (x86-64: SSE2), "
                    "runs on any machine of the architecture; x86-64-v3 (AVX2), x86-64-v4 (AVX-512) or native (-march=native: "
@@ -225,7 +228,7 @@ def _comma_list(ctx, param, value: str | None) -> tuple[str, ...] | None:
 @verbose_option
 @compiler_command
 def build(file, target, out_dir, emit, archs, opt_level, print_before, print_after, make_deps, dep_file, allow_custom, fast_math,
-          fp_contract, cpu, name, pinned, tuning_db, tuning_report):
+          fp_contract, allow_tf32, cpu, name, pinned, tuning_db, tuning_report):
   from uopc.driver import BuildOptions, build as run_build, check_target, lib_name
   from uopc.pipeline import UnknownStageError, check_stage_name
   from uopc.stages.optimize import parse_schedule
@@ -243,7 +246,8 @@ def build(file, target, out_dir, emit, archs, opt_level, print_before, print_aft
   out = Path(out_dir)
   depfile = Path(dep_file) if dep_file else (out / f"{name}.d" if make_deps else None)
   run_build(file, BuildOptions(target, out, emit, int(opt_level), print_before, print_after, None, depfile, name, archs or (), allow_custom=allow_custom,
-                               schedule=schedule, fast_math=fast_math, fp_contract=fp_contract == "fast", cpu=cpu))
+                               schedule=schedule, fast_math=fast_math, fp_contract=fp_contract == "fast",
+                               allow_tf32=allow_tf32, cpu=cpu))
 
 
 _RUN_HELP = """Run entry NAME of FILE on numpy arrays and print every buffer it writes (numpy style).

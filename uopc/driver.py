@@ -86,6 +86,7 @@ class BuildOptions:
   allow_custom: bool = False       # compile CUSTOM/CUSTOMI (unchecked target source text)
   fast_math: bool = False          # allow the targets' approximate instructions (below the accuracy bar of the README)
   fp_contract: bool = False        # --fp-contract=fast: fuse float ADD(MUL) into one multiply-add (cuda, amd)
+  allow_tf32: bool = False         # --allow-tf32: float32 gemms on the tf32 tensor cores (cuda)
   cpu: str = "portable"            # -t c: the instruction set the library is built for (CPU_LEVELS)
   env: Mapping[str, str] = field(default_factory=lambda: os.environ)
 
@@ -154,7 +155,7 @@ def _lower(path: str, opts: BuildOptions, name: str, vector_bytes: int, archs: t
   for d in diags: current().report(d, module.text)
   printing = PrintOptions(frozenset(opts.print_before), frozenset(opts.print_after), opts.print_out or sys.stdout)
   return compile_module(module, opts.target, name, printing, opts.schedule, opts.fast_math, vector_bytes, archs,
-                        opts.fp_contract)
+                        opts.fp_contract, opts.allow_tf32)
 
 
 def _custom_code(module) -> list:

@@ -82,6 +82,14 @@ def _fused(a, b, c):
   return (a.astype(wide) * b.astype(wide) + c.astype(wide)).astype(a.dtype)
 
 
+def _tf32(v: np.ndarray) -> np.ndarray:
+  """float32 values rounded to tf32 (10 mantissa bits) to nearest, ties away from zero (cvt.rna.tf32.f32)."""
+  bits = v.astype(np.float32).view(np.uint32)
+  finite = (bits & 0x7F800000) != 0x7F800000
+  rounded = ((bits + np.uint32(0x1000)) & np.uint32(0xFFFFE000)).astype(np.uint32)
+  return np.where(finite, rounded, bits).view(np.float32)
+
+
 _INT_FNS = {
   Ops.ADD: np.add, Ops.SUB: np.subtract, Ops.MUL: np.multiply, Ops.NEG: np.negative, Ops.MAX: np.maximum,
   Ops.AND: np.bitwise_and, Ops.OR: np.bitwise_or, Ops.XOR: np.bitwise_xor, Ops.NOT: np.invert,
@@ -331,11 +339,13 @@ class _Emulator:
     if tc is None: raise self.fail(u, f"WMMA {u.arg!r}: no such tensor core")
     if not self.active.all(): raise self.fail(u, "WMMA reached by only some threads: every lane of a warp must take part")
     warp, lane, _ = self._warps(u)
-    group, pair = lane // 4, 2 * (lane % 4)
+    group, pair, kpair = lane // 4, 2 * (lane % 4), tc.k_lanes * (lane % 4)
     (m, n, k), warps = tc.dims, self.T // WARP_SIZE
     a, b, c = (np.zeros((warps,) + shape) for shape in ((m, k), (k, n), (m, n)))
-    for mat, frag, offsets, (row, col) in ((a, 0, tc.a, (group, pair)), (b, 1, tc.b, (pair, group)), (c, 2, tc.c, (group, pair))):
-      for i, (dr, dc) in enumerate(offsets): mat[warp, row + dr, col + dc] = self.values[u.src[frag]][:, i].astype(np.float64)
+    for mat, frag, offsets, (row, col) in ((a, 0, tc.a, (group, kpair)), (b, 1, tc.b, (kpair, group)), (c, 2, tc.c, (group, pair))):
+      for i, (dr, dc) in enumerate(offsets):
+        v = self.values[u.src[frag]][:, i]
+        mat[warp, row + dr, col + dc] = (_tf32(v) if tc.k_lanes == 1 and frag < 2 else v).astype(np.float64)
     d = round_to(a @ b + c, u.dtype)
     return np.stack([d[warp, group + dr, pair + dc] for dr, dc in tc.c], axis=1)
 

@@ -53,11 +53,12 @@ def _plan(program, name: str):
 
 
 def _optimize(target: str, schedule: Mapping[str, tuple] | None, relocate: Callable[[UOp, UOp], None],
-              vector_bytes: int | None, archs: tuple[str, ...]) -> Callable[[UOp, str], Any]:
+              vector_bytes: int | None, archs: tuple[str, ...], tf32: bool = False) -> Callable[[UOp, str], Any]:
   """Optimize with the opts --opts pins for a kernel, the target's heuristics for the others."""
   def run(sink: UOp, name: str):
     from uopc.stages.optimize import optimize, target_caps
-    return optimize(sink, name, target_caps(target, vector_bytes, archs), schedule.get(name) if schedule is not None else None, relocate)
+    caps = target_caps(target, vector_bytes, archs, tf32)
+    return optimize(sink, name, caps, schedule.get(name) if schedule is not None else None, relocate)
   return run
 
 
@@ -86,15 +87,17 @@ def _linearize(target: str) -> Callable[[UOp, str], UOp]:
 
 def pipeline(target: str, loc_of: Callable[[UOp], Any] = lambda u: None, schedule: Mapping[str, tuple] | None = None,
              relocate: Callable[[UOp, UOp], None] = lambda old, new: None, fast_math: bool = False,
-             vector_bytes: int | None = None, archs: tuple[str, ...] = (), fp_contract: bool = False) -> tuple[Stage, ...]:
+             vector_bytes: int | None = None, archs: tuple[str, ...] = (), fp_contract: bool = False,
+             allow_tf32: bool = False) -> tuple[Stage, ...]:
   """`target`'s stages in seed 000's order; `loc_of` lets a renderer point a refusal (an op the target
   lacks) at the source; `schedule` maps kernel names to the opts --opts pins for them; `relocate(old,
   new)` (Module.relocate) keeps a node's source location on what a stage replaces it with; `fast_math`
   lets Instruction Selection and the renderer use the target's approximate instructions; `vector_bytes`
   is the width of the CPU's vector registers that -t c builds for (`--cpu`; None: the portable one);
   `archs` the GPU archs of the build (--arch; (): the target's defaults), whose limits Optimize meets;
-  `fp_contract` (--fp-contract=fast) lets Instruction Selection fuse a float ADD(MUL) into one multiply-add."""
-  return (Stage("callify", _callify), Stage("rangeify", _rangeify(target)), Stage("optimize", _optimize(target, schedule, relocate, vector_bytes, archs)),
+  `fp_contract` (--fp-contract=fast) lets Instruction Selection fuse a float ADD(MUL) into one multiply-add;
+  `allow_tf32` (--allow-tf32) lets float32 gemms take the tf32 tensor cores."""
+  return (Stage("callify", _callify), Stage("rangeify", _rangeify(target)), Stage("optimize", _optimize(target, schedule, relocate, vector_bytes, archs, allow_tf32)),
           Stage("expand", _expand(relocate)), Stage("isel", _isel(target, fast_math, fp_contract)), Stage("linearize", _linearize(target)),
           Stage("plan", _plan), Stage("render", get_target(target).render_stage(loc_of, fast_math)))
 
@@ -148,12 +151,13 @@ def run_kernel_stages(stages: Sequence[Stage], sink: UOp, name: str, opts: Print
 
 def compile_module(module: Module, target: str, lib_name: str, opts: PrintOptions = PrintOptions(),
                    schedule: Mapping[str, tuple] | None = None, fast_math: bool = False,
-                   vector_bytes: int | None = None, archs: tuple[str, ...] = (), fp_contract: bool = False) -> list[EntryKernels]:
+                   vector_bytes: int | None = None, archs: tuple[str, ...] = (), fp_contract: bool = False,
+                   allow_tf32: bool = False) -> list[EntryKernels]:
   """Every entry of `module` lowered through `target`'s pipeline to its rendered kernels; `schedule`
   pins the opts of the kernels it names (see uopc.stages.optimize.parse_schedule); `vector_bytes` and
   `archs`: see `pipeline`."""
   if not module.entries: raise CompileError([error(None, f"{module.path} has no entries: nothing to build")])
-  stages = pipeline(target, module.loc_of, schedule, module.relocate, fast_math, vector_bytes, archs, fp_contract)
+  stages = pipeline(target, module.loc_of, schedule, module.relocate, fast_math, vector_bytes, archs, fp_contract, allow_tf32)
   kernel_stages = [s for s in stages if s.name not in TENSOR_STAGES]
   prefix = c_identifier(lib_name)
   opts = replace(opts, names=module.names)

@@ -51,11 +51,12 @@ def _gemm(sink: UOp, k: UOp) -> _Gemm:
   update = updates[0]
   acc = root_buffer(update.src[0])
   product = next(s for s in update.src[1].src if not (s.op is Ops.LOAD and root_buffer(s.src[0]) is acc))
-  def input_load(x: UOp) -> UOp | None:
-    ok = x.op is Ops.CAST and x.src[0].op is Ops.LOAD and len(x.src[0].src) == 1 and _is_global(root_buffer(x.src[0].src[0]))
-    return x.src[0] if ok else None
+  def input_load(x: UOp) -> UOp | None:  # CAST(LOAD) of a narrower input, or a LOAD of the accumulator's dtype (tf32)
+    ld = x.src[0] if x.op is Ops.CAST else x
+    ok = ld.op is Ops.LOAD and len(ld.src) == 1 and _is_global(root_buffer(ld.src[0]))
+    return ld if ok else None
   loads = [input_load(x) for x in product.src] if product.op is Ops.MUL else [None]
-  if None in loads: raise OptError("TC needs acc + CAST(LOAD a) * CAST(LOAD b), ungated loads of global buffers")
+  if None in loads: raise OptError("TC needs acc + CAST(LOAD a) * CAST(LOAD b) (or LOADs of float32 for tf32), ungated loads of global buffers")
   def outputs_of(load: UOp) -> list[UOp]: return [r for r in outputs if r in load.toposort()]
   a, b = sorted(loads, key=lambda x: outputs_of(x) != [outputs[0]])
   if outputs_of(a) != [outputs[0]] or outputs_of(b) != [outputs[1]] or not all(k in x.toposort() for x in (a, b)):
@@ -119,14 +120,15 @@ def tensor_core(sink: UOp, opt: Opt, caps: TargetCaps, trace: Trace | None) -> U
   m, n, k = (_range(axis_size(r) // t, r.arg[0], axis_type(r)) for r, t in ((g.m, tm * wm), (g.n, tn * wn), (g.k, tk * ks)))
   lane = _range(WARP_SIZE, max(r.arg[0] for r in axes) + 1, AxisType.WARP)
   group, pair = lane.alu(Ops.IDIV, UOp.const(idx, 4)), lane.alu(Ops.MOD, UOp.const(idx, 4)).alu(Ops.MUL, UOp.const(idx, 2))
+  kpair = pair if tc.k_lanes == 2 else lane.alu(Ops.MOD, UOp.const(idx, 4)).alu(Ops.MUL, UOp.const(idx, tc.k_lanes))  # along K
   def at(tile: UOp, size: int, part: UOp, offset: int) -> UOp:  # tile * size + part + offset
     return simplify(tile.alu(Ops.MUL, UOp.const(idx, size)).alu(Ops.ADD, part).alu(Ops.ADD, UOp.const(idx, offset)))
   def row(i: int, dm: int) -> UOp: return at(m, tm * wm, group, tm * i + dm)
   def fragment(load: UOp, places) -> UOp:
     return UOp(Ops.STACK, load.dtype.vec(len(places)), tuple(substitute(load, dict(p)) for p in places))
-  a = [[fragment(g.a, [((g.m, row(i, dm)), (g.k, at(k, tk * ks, pair, tk * s + dk))) for dm, dk in tc.a]) for i in range(wm)]
+  a = [[fragment(g.a, [((g.m, row(i, dm)), (g.k, at(k, tk * ks, kpair, tk * s + dk))) for dm, dk in tc.a]) for i in range(wm)]
        for s in range(ks)]
-  b = [[fragment(g.b, [((g.k, at(k, tk * ks, pair, tk * s + dk)), (g.n, at(n, tn * wn, group, tn * j + dn))) for dk, dn in tc.b])
+  b = [[fragment(g.b, [((g.k, at(k, tk * ks, kpair, tk * s + dk)), (g.n, at(n, tn * wn, group, tn * j + dn))) for dk, dn in tc.b])
         for j in range(wn)] for s in range(ks)]
   tiles = [(i, j) for i in range(wm) for j in range(wn)]
   c, vec = len(tc.c), tc.acc.vec(len(tc.c))

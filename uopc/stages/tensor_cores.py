@@ -6,11 +6,12 @@ C/D, spread over the 32 lanes of a warp: each lane holds a few elements of every
 the WMMA op (arg: `TensorCore.arg`) does the multiply-accumulate, the renderer emits the instruction and
 the emulator (uopc/emulator.py) computes it from the same layout. One table serves all three.
 
-Layout of lane `l` (g = l // 4, t = l % 4, as PTX's mma.sync m16n8k16 defines it): element i of a
-fragment sits at (g + offset, 2t + offset) of its matrix, the offsets in the `a`, `b`, `c` tables:
-A (16 x 16, row major): (row g + a[i][0], column 2t + a[i][1]), i < 8;
-B (16 x 8): (row 2t + b[j][0], column g + b[j][1]), j < 4;
-C and D (16 x 8): (row g + c[n][0], column 2t + c[n][1]), n < 4.
+Layout of lane `l` (g = l // 4, t = l % 4, as PTX's mma.sync defines it): element i of a fragment
+sits at (g + offset, s t + offset) of its matrix, s the tensor core's `k_lanes` step along K (2 for the
+16-bit inputs of m16n8k16, 1 for m16n8k8's tf32), the offsets in the `a`, `b`, `c` tables:
+A (M x K, row major): (row g + a[i][0], column s t + a[i][1]);
+B (K x N): (row s t + b[j][0], column g + b[j][1]);
+C and D (M x 8): (row g + c[n][0], column 2t + c[n][1]).
 
 Fragments may also come from LOCAL memory through a warp-wide matrix load, PTX's `ldmatrix`: a LOAD with
 arg (LDMATRIX, trans) and a vector dtype of 2m 16-bit lanes reads m 8 x 8 matrices; lane l gives the
@@ -43,6 +44,7 @@ class TensorCore:
   a: tuple[tuple[int, int], ...]  # fragment offsets, see the module docstring
   b: tuple[tuple[int, int], ...]
   c: tuple[tuple[int, int], ...]
+  k_lanes: int = 2             # a lane's step along K in the A and B fragments (s in the module docstring)
 
   @property
   def arg(self) -> tuple[str, str, str]:
@@ -61,11 +63,16 @@ def _m16n8k16(input_dt: DType) -> TensorCore:
 
 # mma.sync.aligned.m16n8k16 with float32 accumulation: sm_80 and later (the PTX target's oldest arch)
 CUDA_TENSOR_CORES = (_m16n8k16(dtypes.float16), _m16n8k16(dtypes.bfloat16))
+# m16n8k8 of float32 inputs read as tf32 (10-bit mantissas, rounded to nearest by cvt.rna.tf32.f32), only
+# where the build allows it (`uopc build --allow-tf32`): its products are not float32's
+TF32_TENSOR_CORE = TensorCore("m16n8k8", (16, 8, 8), dtypes.float32, dtypes.float32,
+                              a=((0, 0), (8, 0), (0, 4), (8, 4)), b=((0, 0), (4, 0)),
+                              c=tuple((8 * (n >> 1), n & 1) for n in range(4)), k_lanes=1)
 
 
 def by_arg(arg: tuple) -> TensorCore | None:
   """The tensor core a WMMA's arg names (None for an arg no target has)."""
-  return next((tc for tc in CUDA_TENSOR_CORES if tc.arg == tuple(arg)), None)
+  return next((tc for tc in (*CUDA_TENSOR_CORES, TF32_TENSOR_CORE) if tc.arg == tuple(arg)), None)
 
 
 def ldmatrix_sources(lane: int, count: int, trans: bool) -> list[tuple[int, int]]:

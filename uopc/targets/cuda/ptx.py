@@ -45,7 +45,7 @@ from typing import Any, Callable
 from uopc.diagnostics import CompileError, Diagnostic, Loc, error
 from uopc.dtype import AddrSpace, DType, PtrDType, dtypes
 from uopc.ops import FUSED, GroupOp, Ops
-from uopc.stages.tensor_cores import ASYNC, CUDA_TENSOR_CORES, by_arg
+from uopc.stages.tensor_cores import ASYNC, CUDA_TENSOR_CORES, TF32_TENSOR_CORE, by_arg
 from uopc.targets import param_name
 from uopc.targets.cuda.ptx_memory import DYNAMIC_SHARED, _atomic_add, _buffer, _index, _load, _store, shared_layout
 from uopc.targets.cuda.ptx_types import _CLASSES, _HALF, _SMALL_INTS, _float_t, _mov_type, _root, const_bits, int_type, reg_class
@@ -455,15 +455,17 @@ def _approx(k: _Kernel, op: Ops, dt: DType, xs: tuple[str, ...]) -> str:
 def _wmma(k: _Kernel, u: UOp) -> None:
   """mma.sync of the tensor core the arg names: the half-precision fragments go in pairs per 32-bit register."""
   tc = by_arg(u.arg)
-  if tc is None: raise k.fail(u, f"WMMA {u.arg!r}: no such tensor core (PTX has {', '.join(str(t.arg) for t in CUDA_TENSOR_CORES)})")
+  if tc is None: raise k.fail(u, f"WMMA {u.arg!r}: no such tensor core (PTX has {', '.join(str(t.arg) for t in (*CUDA_TENSOR_CORES, TF32_TENSOR_CORE))})")
   a, b, c = (k.lanes(s) for s in u.src)
   if (len(a), len(b), len(c)) != (len(tc.a), len(tc.b), len(tc.c)) or u.src[0].dtype.scalar != tc.input:
     raise k.fail(u, f"WMMA {tc}: fragments of {len(tc.a)}, {len(tc.b)} and {len(tc.c)} elements expected")
   def pairs(regs: tuple[str, ...]) -> list[str]:
+    if tc.k_lanes == 1: return [k.op1("cvt.rna.tf32.f32", dtypes.uint32, r) for r in regs]  # a float32 each, read as tf32
     return [k.op1("mov.b32", dtypes.uint32, f"{{{lo}, {hi}}}") for lo, hi in zip(regs[::2], regs[1::2])]
   d = [k.new(tc.acc) for _ in c]
   def group(regs) -> str: return "{" + ", ".join(regs) + "}"
-  types = f"{_float_t(tc.acc)}.{_float_t(tc.input)}.{_float_t(tc.input)}.{_float_t(tc.acc)}"
+  t_in = "tf32" if tc.k_lanes == 1 else _float_t(tc.input)
+  types = f"{_float_t(tc.acc)}.{t_in}.{t_in}.{_float_t(tc.acc)}"
   k.emit(f"mma.sync.aligned.{tc.name}.row.col.{types} {group(d)}, {group(pairs(a))}, {group(pairs(b))}, {group(c)}")
   k.set_lanes(u, d)
 

@@ -1,0 +1,53 @@
+"""--allow-tf32: float32 gemms on the tensor cores as tf32 (m16n8k8, inputs rounded by cvt.rna.tf32.f32),
+only when asked. Checked: the heuristics take the tensor cores with the flag and not without; the
+emulator's result is within tf32's error of numpy's and exactly the tf32-rounded product summed in
+float64 up to float32 rounding; the PTX assembles for sm_80 and sm_90."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from test_cuda_ptx import needs_ptxas, ptxas_accepts
+from test_tensor_programs import gemm
+from uopc.driver import BuildOptions, build
+from uopc.run import run_file
+
+
+def _tf32(x: np.ndarray) -> np.ndarray:
+  bits = x.astype(np.float32).view(np.uint32)
+  return ((bits + np.uint32(0x1000)) & np.uint32(0xFFFFE000)).view(np.float32)
+
+
+def test_the_flag_puts_a_float32_gemm_on_the_tensor_cores(tmp_path):
+  path = tmp_path / "gemm.uop"
+  path.write_text(gemm(64, 64, 64).text())
+  for flag in (False, True):
+    out = tmp_path / str(flag)
+    build(path, BuildOptions(target="cuda", out_dir=out, emit=("ptx",), allow_tf32=flag))
+    ptx = (out / "gemm.ptx").read_text()
+    assert ("mma.sync.aligned.m16n8k8.row.col.f32.tf32.tf32.f32" in ptx) is flag
+    assert ("cvt.rna.tf32.f32" in ptx) is flag
+
+
+
+
+@pytest.mark.parametrize("m, k, n", [(64, 96, 32), (128, 128, 128)], ids=["from-global", "staged"])  # 128: cp.async tiles
+def test_emulated_tf32_gemm_matches_the_rounded_inputs(tmp_path, m, k, n):
+  path = tmp_path / "gemm.uop"
+  path.write_text(gemm(m, k, n).text())
+  rng = np.random.default_rng(5)
+  a, b = rng.standard_normal((m, k)).astype(np.float32), rng.standard_normal((k, n)).astype(np.float32)
+  got = run_file(path, target="cuda", inputs={"a": a, "b": b}, emulated=True, allow_tf32=True).arrays["c"]
+  exact = a.astype(np.float64) @ b.astype(np.float64)
+  assert np.linalg.norm(got - exact) / np.linalg.norm(exact) < 2e-3      # tf32's error, as torch's allow_tf32
+  rounded = _tf32(a).astype(np.float64) @ _tf32(b).astype(np.float64)
+  np.testing.assert_allclose(got, rounded, rtol=1e-5, atol=1e-5)          # the inputs rounded, the sums in float32
+  assert np.abs(got - exact).max() > 1e-4                                 # it really ran as tf32
+
+
+@needs_ptxas
+def test_the_tf32_ptx_assembles(tmp_path):
+  path = tmp_path / "gemm.uop"
+  path.write_text(gemm(256, 256, 256).text())
+  build(path, BuildOptions(target="cuda", out_dir=tmp_path / "o", emit=("ptx",), allow_tf32=True))
+  for arch in ("sm_80", "sm_90"): ptxas_accepts((tmp_path / "o" / "gemm.ptx").read_text(), arch, tmp_path)
