@@ -11,6 +11,7 @@ from test_cuda_ptx import needs_ptxas, ptxas_accepts
 from test_tensor_programs import gemm
 from uopc.driver import BuildOptions, build
 from uopc.run import run_file
+from test_cuda_gpu import gpu  # noqa: F401,E402 (a fixture)
 
 
 def _tf32(x: np.ndarray) -> np.ndarray:
@@ -51,3 +52,24 @@ def test_the_tf32_ptx_assembles(tmp_path):
   path.write_text(gemm(256, 256, 256).text())
   build(path, BuildOptions(target="cuda", out_dir=tmp_path / "o", emit=("ptx",), allow_tf32=True))
   for arch in ("sm_80", "sm_90"): ptxas_accepts((tmp_path / "o" / "gemm.ptx").read_text(), arch, tmp_path)
+
+
+@pytest.mark.gpu
+def test_tf32_gemms_on_a_cuda_gpu(gpu, tmp_path):  # noqa: F811 (gpu is test_cuda_gpu's fixture)
+  """The tf32 gemm on a real GPU (from global memory and staged): within tf32's error of the exact product."""
+  import ctypes
+
+  from gpu_samples import call
+  from uopc.frontend import load_module
+  from uopc.pipeline import compile_module
+  for m, k, n in ((64, 96, 32), (256, 256, 256)):
+    path = tmp_path / f"g{m}.uop"
+    path.write_text(gemm(m, k, n).text())
+    paths = build(path, BuildOptions(target="cuda", out_dir=tmp_path / f"o{m}", allow_tf32=True))
+    lib = ctypes.CDLL(str(next(p for p in paths if p.suffix == ".so")))
+    (entry,) = compile_module(load_module(str(path)), "cuda", f"g{m}", allow_tf32=True)
+    rng = np.random.default_rng(m)
+    a, b = rng.standard_normal((m, k)).astype(np.float32), rng.standard_normal((k, n)).astype(np.float32)
+    got = call(gpu, lib, f"g{m}", entry, [a, b, np.zeros((m, n), np.float32)])[2]
+    exact = a.astype(np.float64) @ b.astype(np.float64)
+    assert np.linalg.norm(got - exact) / np.linalg.norm(exact) < 2e-3
