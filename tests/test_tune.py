@@ -339,3 +339,31 @@ def test_database_text_is_sorted_and_stable():
   assert text.index("a" * 32) < text.index("b" * 32) and text.endswith("}\n")
   assert tuning_db.dumps(tuning_db.parse(text, "x.json")) == text
   assert json.loads(text)["format"] == tuning_db.FORMAT
+
+
+def test_entries_are_for_builds_of_the_same_numeric_modes(tmp_path):
+  """A database tuned without --fp-contract=fast serves only builds without it (and the other way round);
+  a build of other modes falls back to the heuristics with a note saying why."""
+  src, db = program(tmp_path, mlp()), tmp_path / "db.json"
+  k0 = kernels_of(src)[0]
+  modes = kernels_of(src, arch="portable+contract")[0]
+  assert modes.key != k0.key  # the modes are part of the key
+  tuning_db.save(db, {k0.key: entry(k0, "SPLIT(0,2,u)")})
+  res = uopc("build", src, "--tuning", db, "--tuning-report", "--fp-contract", "fast", "-o", tmp_path / "fused")
+  assert res.exit_code == 0, res.output
+  assert "was tuned for portable, this build is portable+contract" in res.output
+  assert f"{k0.name}: heuristics: not in the database" in res.output
+  tuning_db.save(db, {modes.key: entry(modes, "SPLIT(0,2,u)", arch="portable+contract")})
+  res = uopc("build", src, "--tuning", db, "--tuning-report", "--fp-contract", "fast", "-o", tmp_path / "fused2")
+  assert f"{k0.name}: database: SPLIT(0,2,u)" in res.output, res.output
+  res = uopc("build", src, "--tuning", db, "--tuning-report", "-o", tmp_path / "plain")
+  assert f"{k0.name}: heuristics: not in the database" in res.output and "was tuned for portable+contract" in res.output
+
+
+def test_tuning_under_a_numeric_mode_keys_its_entries_by_it(tmp_path):
+  src, db = program(tmp_path, mlp()), tmp_path / "tuning.json"
+  res = uopc_process("tune", src, "-t", "c", "--db", db, "--budget", "3s", "-j", "2", "--fp-contract", "fast", cwd=tmp_path)
+  assert res.returncode == 0, res.stderr
+  entries = tuning_db.load(db)
+  assert entries and {e.arch for e in entries.values()} == {"portable+contract"}
+  assert set(entries) == {k.key for k in kernels_of(src, arch="portable+contract")}

@@ -242,7 +242,9 @@ def build(file, target, out_dir, emit, archs, opt_level, print_before, print_aft
   if tuning_report and not tuning_db: raise click.UsageError("--tuning-report needs --tuning DB.json")
   if tuning_db:
     from uopc.tune.command import build_schedule
-    schedule = build_schedule(file, tuning_db, target, name, archs or (), cpu, schedule, tuning_report)
+    from uopc.tune.kernels import numeric_modes
+    schedule = build_schedule(file, tuning_db, target, name, archs or (), cpu, schedule, tuning_report,
+                              modes=numeric_modes(fp_contract == "fast", allow_tf32))
   out = Path(out_dir)
   depfile = Path(dep_file) if dep_file else (out / f"{name}.d" if make_deps else None)
   run_build(file, BuildOptions(target, out, emit, int(opt_level), print_before, print_after, None, depfile, name, archs or (), allow_custom=allow_custom,
@@ -360,7 +362,8 @@ random inputs and its output checked against the heuristic kernel's (a candidate
 output is never kept); its time is the median of several runs after a warm-up. --budget is the
 run's time, shared among the kernels (--kernel-budget caps each); the database is saved after each
 kernel, and kernels already in it are skipped unless --retune. Entries are keyed by the kernel's IR
-after Rangeify, the target, the arch (-t c: the --cpu level) and the search-space version.
+after Rangeify, the target, the arch (-t c: the --cpu level) with the numeric modes (--fp-contract,
+--allow-tf32: a build uses only entries tuned with the same) and the search-space version.
 
 \b
 Sharding and merging (several machines or GPUs tune one model):
@@ -387,18 +390,23 @@ Examples:
               help="-t c: the instruction set to tune for (as `uopc build --cpu`).")
 @click.option("--arch", default=None, metavar="ARCH", help="-t cuda: the arch the entries are for (default: the GPU's, e.g. sm_90).")
 @click.option("--name", default=None, help="NAME, as in `uopc build --name` (the kernels' names in the database).")
+@click.option("--fp-contract", type=click.Choice(["off", "fast"]), default="off", show_default=True,
+              help="Tune the kernels as `uopc build --fp-contract=fast` builds them (their entries are only for such builds).")
+@click.option("--allow-tf32", is_flag=True, help="-t cuda: tune as `uopc build --allow-tf32` builds (tf32 tensor cores); entries only for such builds.")
 @click.option("--retune", is_flag=True, help="Search again the kernels the database already has.")
 @click.option("--merge", "merge", is_flag=True, help="Merge the databases FILES into -o (on a kernel in several, the fastest entry).")
 @click.option("-o", "output", type=click.Path(dir_okay=False), help="With --merge: the merged database.")
 @compiler_command
-def tune_cmd(files, target, db_path, budget, kernel_budget, beam, jobs, shard, cpu, arch, name, retune, merge, output):
+def tune_cmd(files, target, db_path, budget, kernel_budget, beam, jobs, shard, cpu, arch, name, fp_contract, allow_tf32, retune, merge,
+             output):
   from uopc.tune.command import merge_files, parse_budget, parse_shard, tune
   from uopc.tune.search import TuneOptions
   if merge: return click.echo(merge_files(files, output))
   if len(files) != 1: raise click.UsageError("tune takes one FILE (or --merge DB...)")
   if db_path is None: raise click.UsageError("tune needs --db DB.json (the database to write)")
   options = TuneOptions(target, cpu, arch, parse_budget(budget, "--budget"), parse_budget(kernel_budget, "--kernel-budget") if kernel_budget else None,
-                        beam, jobs, parse_shard(shard), retune=retune, name=name)
+                        beam, jobs, parse_shard(shard), retune=retune, name=name, fp_contract=fp_contract == "fast",
+                        allow_tf32=allow_tf32)
   click.echo(tune(files[0], db_path, options))
 
 

@@ -28,14 +28,17 @@ class Use:
 
 
 def tuned_schedule(file: str, db_path: str, target: str, lib: str, archs: tuple[str, ...], cpu: str,
-                   pinned: Mapping[str, tuple] | None, env: Mapping[str, str]) -> tuple[dict[str, tuple], list[Use]]:
-  """The schedule a build with `--tuning db_path` uses, and how each kernel got its opts."""
+                   pinned: Mapping[str, tuple] | None, env: Mapping[str, str],
+                   modes: tuple[str, ...] = ()) -> tuple[dict[str, tuple], list[Use]]:
+  """The schedule a build with `--tuning db_path` uses, and how each kernel got its opts; `modes`: the
+  build's numeric modes (uopc.tune.kernels.numeric_modes), part of every key."""
   from uopc.targets import get_target
   entries = tuning_db.load(db_path)
   module = load_checked(file)
   # a GPU build for several archs takes the entry of the first arch that has one
-  arch_list = list(dict.fromkeys(key_arch(target, cpu, (a,)) for a in (archs or get_target(target).default_archs))) or [key_arch(target, cpu, ())]
-  caps = _caps(target, cpu, env, archs)
+  arch_list = list(dict.fromkeys(key_arch(target, cpu, (a,), modes) for a in (archs or get_target(target).default_archs))) \
+    or [key_arch(target, cpu, (), modes)]
+  caps = _caps(target, cpu, env, archs, "tf32" in modes)
   schedule, uses = dict(pinned or {}), []
   for k in program_kernels(module, target, lib, arch_list[0], SPACE_VERSION):
     if k.name in schedule:
@@ -48,10 +51,10 @@ def tuned_schedule(file: str, db_path: str, target: str, lib: str, archs: tuple[
   return schedule, uses
 
 
-def _caps(target: str, cpu: str, env: Mapping[str, str], archs: tuple[str, ...] = ()):
+def _caps(target: str, cpu: str, env: Mapping[str, str], archs: tuple[str, ...] = (), tf32: bool = False):
   from uopc.driver import cpu_vector_bytes
   from uopc.stages.optimize import target_caps
-  return target_caps(target, cpu_vector_bytes(cpu, env) if target == "c" else None, archs)
+  return target_caps(target, cpu_vector_bytes(cpu, env) if target == "c" else None, archs, tf32)
 
 
 def _opts(text: str) -> tuple:
@@ -73,7 +76,12 @@ def _use(k: Kernel, entry: tuning_db.Entry, caps) -> Use:
 
 def _stale(k: Kernel, entries: Mapping[str, tuning_db.Entry], target: str, archs: list[str]) -> str:
   stale = sorted(key for key, e in entries.items() if e.kernel == k.name and e.target == target and e.arch in archs)
-  if not stale: return ""
+  if not stale:
+    bases = {a.split("+")[0] for a in archs}
+    other = sorted(key for key, e in entries.items() if e.kernel == k.name and e.target == target and e.arch.split("+")[0] in bases)
+    if not other: return ""
+    return (f"kernel {k.name}: the database's entry {other[0]} was tuned for {entries[other[0]].arch}, this build is {archs[0]} "
+            "(the arithmetic of --fp-contract / --allow-tf32 differs); it gets the heuristics")
   e = entries[stale[0]]
   why = f"it was tuned with search space {e.space}, this uopc has {SPACE_VERSION}" if e.space != SPACE_VERSION else "the kernel changed since it was tuned"
   return f"kernel {k.name}: the database's entry {stale[0]} is stale ({why}); it gets the heuristics"

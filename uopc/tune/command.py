@@ -49,12 +49,13 @@ def tune(file: str, db_path: str, options, progress_stream: TextIO | None = None
 
 
 def build_schedule(file: str, db_path: str, target: str, name: str, archs: tuple[str, ...], cpu: str,
-                   pinned: Mapping[str, tuple] | None, report: bool, out: TextIO | None = None) -> dict[str, tuple]:
+                   pinned: Mapping[str, tuple] | None, report: bool, out: TextIO | None = None,
+                   modes: tuple[str, ...] = ()) -> dict[str, tuple]:
   """`uopc build --tuning`: the schedule to build with; notes (and with `report`, the report) to `out`."""
   import os
   from uopc.tune.apply import format_report, tuned_schedule
   out = out or sys.stderr
-  schedule, uses = tuned_schedule(file, db_path, target, name, archs, cpu, pinned, os.environ)
+  schedule, uses = tuned_schedule(file, db_path, target, name, archs, cpu, pinned, os.environ, modes)
   for u in uses:
     if u.note: out.write(f"uopc: note: {db_path}: {u.note}\n")
   if report: out.write(format_report(db_path, uses) + "\n")

@@ -30,6 +30,8 @@ class Job:
   archs: tuple[str, ...]
   cpu_flags: tuple[str, ...]
   out_dir: str                    # a fresh directory for this candidate
+  fp_contract: bool = False        # built as `uopc build --fp-contract=fast` / `--allow-tf32` would
+  allow_tf32: bool = False
 
 
 @dataclass(frozen=True)
@@ -47,7 +49,8 @@ def build_candidate(job: Job) -> Built:
   from uopc.tools import ToolFailure
   try:
     name = kernel_name(LIB, ENTRY, 0)  # the launcher calls its entry's kernel by this name
-    stages = [s for s in pipeline(job.target, schedule={name: job.opts}, vector_bytes=job.vector_bytes, archs=job.archs) if s.name not in TENSOR_STAGES]
+    stages = [s for s in pipeline(job.target, schedule={name: job.opts}, vector_bytes=job.vector_bytes, archs=job.archs,
+                                  fp_contract=job.fp_contract, allow_tf32=job.allow_tf32) if s.name not in TENSOR_STAGES]
     kernel = run_kernel_stages(stages, job.sink, name, PrintOptions())
     out = Path(job.out_dir)
     out.mkdir(parents=True, exist_ok=True)

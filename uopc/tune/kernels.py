@@ -60,8 +60,14 @@ def program_kernels(module: Module, target: str, lib: str, arch: str, space: int
   return out
 
 
-def key_arch(target: str, cpu: str, archs: tuple[str, ...]) -> str:
-  """The arch part of a key: -t c's CPU level, the host for -t llvm, else the GPU arch."""
-  if target == "c": return cpu
-  if target == "llvm": return "host"
-  return ",".join(archs)
+def key_arch(target: str, cpu: str, archs: tuple[str, ...], modes: tuple[str, ...] = ()) -> str:
+  """The arch part of a key: -t c's CPU level, the host for -t llvm, else the GPU arch; then `+mode`
+  for each numeric mode of the build (`numeric_modes`), so that kernels tuned under other arithmetic
+  (fused multiply-adds, tf32 tensor cores) are never taken for these."""
+  base = cpu if target == "c" else "host" if target == "llvm" else ",".join(archs)
+  return base + "".join(f"+{m}" for m in modes)
+
+
+def numeric_modes(fp_contract: bool, allow_tf32: bool) -> tuple[str, ...]:
+  """The build flags that change a kernel's arithmetic, as key_arch spells them."""
+  return (("contract",) if fp_contract else ()) + (("tf32",) if allow_tf32 else ())

@@ -33,7 +33,7 @@ from uopc.diagnostics import CompileError, error
 from uopc.stages.optimize import Opt, TargetCaps, apply_opts, heuristic_opts, is_axis, kernel_axes, target_caps, type_axes
 from uopc.tune import db as tuning_db
 from uopc.tune.compile import Builder, Job
-from uopc.tune.kernels import Kernel, key_arch, load_checked, program_kernels
+from uopc.tune.kernels import Kernel, key_arch, load_checked, numeric_modes, program_kernels
 from uopc.tune.measure import KernelData, Measurement, NotTunable, kernel_data, mismatch
 from uopc.tune.progress import Progress
 from uopc.tune.space import MAX_LANES, SPACE_VERSION, children, lanes
@@ -57,6 +57,8 @@ class TuneOptions:
   max_seconds: float = 0.5         # a candidate's timed calls stop after this (once MIN_RUNS are done)
   retune: bool = False             # search kernels already in the database again
   name: str | None = None          # NAME (the kernels' C names start with it), as in `uopc build --name`
+  fp_contract: bool = False        # tune the kernels as `uopc build --fp-contract=fast` builds them ...
+  allow_tf32: bool = False         # ... and `--allow-tf32` (keys carry these modes: uopc.tune.kernels.key_arch)
 
 
 @dataclass
@@ -104,12 +106,12 @@ def tune_file(path: str, db_path: str, opts: TuneOptions, progress: Progress | N
   device = make_device(opts.target)
   archs = (opts.arch or device.arch(),) if opts.target == "cuda" else ()
   vector_bytes = cpu_vector_bytes(opts.cpu, os.environ) if opts.target == "c" else None
-  arch = key_arch(opts.target, opts.cpu, archs)
+  arch = key_arch(opts.target, opts.cpu, archs, numeric_modes(opts.fp_contract, opts.allow_tf32))
   kernels = _shard(program_kernels(module, opts.target, lib_name(path, opts.name), arch, SPACE_VERSION), opts.shard)
   progress = progress or Progress()
   reports = []
   with Builder(opts.jobs or os.cpu_count() or 1) as builder, tempfile.TemporaryDirectory(prefix="uopc-tune-") as work:
-    ctx = _Context(opts, target_caps(opts.target, vector_bytes, archs), device, builder, Path(work), vector_bytes, archs,
+    ctx = _Context(opts, target_caps(opts.target, vector_bytes, archs, opts.allow_tf32), device, builder, Path(work), vector_bytes, archs,
                    cpu_flags(opts.cpu) if opts.target == "c" else (), progress)
     for i, k in enumerate(kernels):
       left = opts.budget - (time.monotonic() - start)
@@ -216,7 +218,8 @@ class _Search:
   def _job(self, opts: tuple[Opt, ...]) -> Job:
     self.count += 1
     c = self.ctx
-    return Job(self.k.name, self.k.sink, opts, c.opts.target, c.vector_bytes, c.archs, c.cpu_flags, str(c.work / self.k.key / str(self.count)))
+    return Job(self.k.name, self.k.sink, opts, c.opts.target, c.vector_bytes, c.archs, c.cpu_flags, str(c.work / self.k.key / str(self.count)),
+               c.opts.fp_contract, c.opts.allow_tf32)
 
   def _measure(self, opts: tuple[Opt, ...], sink: UOp, built) -> None:
     if built.so is None:
