@@ -367,3 +367,16 @@ def test_tuning_under_a_numeric_mode_keys_its_entries_by_it(tmp_path):
   entries = tuning_db.load(db)
   assert entries and {e.arch for e in entries.values()} == {"portable+contract"}
   assert set(entries) == {k.key for k in kernels_of(src, arch="portable+contract")}
+
+
+def test_under_allow_tf32_float32_outputs_agree_to_tf32s_error():
+  """The tuner's check of a candidate against the heuristic kernel: float32 to 1e-4 of the output's scale,
+  to tf32's 2e-3 when the kernels may run as tf32 (an exact float32 candidate against a tf32 reference)."""
+  from types import SimpleNamespace
+
+  from uopc.dtype import dtypes
+  ref = np.random.default_rng(0).standard_normal(256).astype(np.float32)
+  got = (ref * (1 + 5e-4)).astype(np.float32)  # differences of tf32's size (a 10-bit mantissa)
+  data = SimpleNamespace(written=lambda: [SimpleNamespace(name="out", dtype=dtypes.float32)])
+  assert mismatch({"out": ref}, {"out": got}, data) is not None
+  assert mismatch({"out": ref}, {"out": got}, data, tf32=True) is None

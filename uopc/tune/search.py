@@ -234,7 +234,7 @@ class _Search:
       self.report.reason = str(e)
       return
     if self.reference is None: self.reference = m
-    elif mismatch(self.reference.outputs, m.outputs, self.data) is not None:
+    elif mismatch(self.reference.outputs, m.outputs, self.data, self.ctx.opts.allow_tf32) is not None:
       self.report.wrong += 1
       return
     self.report.measured += 1
