@@ -101,6 +101,9 @@ def _index(k: _Kernel, u: UOp) -> None:
   if off.op is Ops.CONST:
     k.r[u] = k.op1("add.s64", dtypes.uint64, base, str(int(off.arg) * size))
     return
+  if off.dtype in (dtypes.int32, dtypes.uint32):  # a 32-bit offset (uopc.stages.index_width): widened by the multiply-add
+    k.r[u] = k.op1(f"mad.wide.{int_type(off.dtype)}", dtypes.uint64, k.r[off], str(size), base)
+    return
   wide = k.r[off] if reg_class(off.dtype) == "b64" else k.op1(f"cvt.{int_type(off.dtype)[0]}64.{int_type(off.dtype)}", dtypes.int64, k.r[off])
   k.r[u] = k.op1("mad.lo.s64", dtypes.uint64, wide, str(size), base)
 
