@@ -235,9 +235,11 @@ def bench_tensor_program(gpu: Driver, timer: Timer, out_dir: pathlib.Path, w, to
   print(f"{w.name + f' ({label})':34s} {ms:8.3f} ms {rate:9.1f} {w.unit}{vs}{shares}")
 
 
-def bench_batched_conv(gpu: Driver, timer: Timer, out_dir: pathlib.Path, n: int = 32, c: int = 64, hw: int = 56, o: int = 64) -> None:
+def bench_batched_conv(gpu: Driver, timer: Timer, out_dir: pathlib.Path, opts: str | None = None, n: int = 32, c: int = 64,
+                       hw: int = 56, o: int = 64) -> None:
   """A 3x3 convolution (padding 1) of a float32 batch n x c x hw x hw to o channels, plus bias, written with
-  tinygrad's conv2d and exported by uopc.export; against torch's (cuDNN's) conv2d with TF32 off."""
+  tinygrad's conv2d and exported by uopc.export; against torch's (cuDNN's) conv2d with TF32 off. `opts`
+  pins its kernel's schedule (None: the heuristics)."""
   try:
     import torch
     from tinygrad import Tensor
@@ -248,10 +250,11 @@ def bench_batched_conv(gpu: Driver, timer: Timer, out_dir: pathlib.Path, n: int 
   from uopc.driver import BuildOptions, build
   text = uopc.export(lambda x, w, b: x.conv2d(w, b, padding=1), Tensor.empty(n, c, hw, hw), Tensor.empty(o, c, 3, 3), Tensor.empty(o), name="conv")
   gpu.check(gpu.cu.cuCtxSetCurrent(gpu.ctx), "cuCtxSetCurrent")  # tinygrad may have made its own context current: time in ours
-  work = out_dir / "conv_b"
-  work.mkdir(parents=True)
+  work = pathlib.Path(tempfile.mkdtemp(prefix="conv_b", dir=out_dir))
   (work / "conv.uop").write_text(text)
-  lib = ctypes.CDLL(str(next(p for p in build(work / "conv.uop", BuildOptions(target="cuda", out_dir=work)) if p.suffix == ".so")))
+  from uopc.stages.optimize import parse_schedule
+  schedule = parse_schedule([f"conv__conv_k0:{opts}"]) if opts is not None else None
+  lib = ctypes.CDLL(str(next(p for p in build(work / "conv.uop", BuildOptions(target="cuda", out_dir=work, schedule=schedule)) if p.suffix == ".so")))
   rng = np.random.default_rng(4)
   x, w, b = (rng.standard_normal(shape).astype(np.float32) for shape in ((n, c, hw, hw), (o, c, 3, 3), (o,)))
   out = np.zeros((n, o, hw, hw), np.float32)
@@ -268,7 +271,8 @@ def bench_batched_conv(gpu: Driver, timer: Timer, out_dir: pathlib.Path, n: int 
   np.testing.assert_allclose(got, want, rtol=1e-3, atol=1e-3)
   ref = torch_ms(lambda t: t.nn.functional.conv2d(tx, tw, tb, padding=1))
   flops = 2 * n * o * c * 9 * hw * hw
-  print(f"conv3x3 {n}x{c}x{hw}x{hw}->{o} (tensor program, tinygrad's conv2d exported) {ms:8.3f} ms {flops / ms / 1e9:8.1f} TFLOP/s"
+  label = opts or "tensor program, tinygrad's conv2d exported"
+  print(f"conv3x3 {n}x{c}x{hw}x{hw}->{o} ({label}) {ms:8.3f} ms {flops / ms / 1e9:8.1f} TFLOP/s"
         f"  torch (cuDNN, TF32 off) {ref:.3f} ms ({ref / ms:.0%} of its speed)")
 
 
@@ -305,6 +309,8 @@ def main() -> None:
   parser = argparse.ArgumentParser(description="uopc -t cuda against torch on this machine's GPU")
   parser.add_argument("--hgemm-opts", action="append", default=[], metavar="OPTS", help="also time the f16 gemm 4096 with OPTS pinned")
   parser.add_argument("--hgemm-only", action="store_true", help="time only the f16 gemm 4096 (heuristics, then each --hgemm-opts)")
+  parser.add_argument("--conv-opts", action="append", default=[], metavar="OPTS", help="also time the batched convolution with OPTS pinned")
+  parser.add_argument("--conv-only", action="store_true", help="time only the batched convolution (heuristics, then each --conv-opts)")
   args = parser.parse_args()
   try:
     gpu = Driver()
@@ -315,6 +321,9 @@ def main() -> None:
   out_dir = pathlib.Path(tempfile.mkdtemp(prefix="uopc_bench_cuda_"))
   if args.hgemm_only:
     bench_hgemm_pins(gpu, timer, out_dir, [None, *args.hgemm_opts])
+    return
+  if args.conv_only:
+    for opts in (None, *args.conv_opts): bench_batched_conv(gpu, timer, out_dir, opts)
     return
   bandwidths = {"copy": bench_add(gpu, timer, out_dir), "peak": peak_gbs(gpu)}
   print(f"DRAM peak from the driver (memory clock x bus width): {bandwidths['peak']:.1f} GB/s")
@@ -341,6 +350,7 @@ def main() -> None:
   except Exception as e:  # noqa: BLE001
     print(f"conv3x3 batch 32: FAILED: {type(e).__name__}: {str(e)[:300]}")
   if args.hgemm_opts: bench_hgemm_pins(gpu, timer, out_dir, args.hgemm_opts)
+  for opts in args.conv_opts: bench_batched_conv(gpu, timer, out_dir, opts)
 
 
 def bench_hgemm_pins(gpu: Driver, timer: Timer, out_dir: pathlib.Path, pins: list[str | None]) -> None:
