@@ -8,7 +8,7 @@ the report gives each one's median time and the median of the per-pair ratios. B
 float16 result is checked against the float64 sums of the float16-rounded products (within the float32
 sum's error bound) and the float32 one against numpy.
 
-  python tests/bench/bench_half_matmul.py [--size 256] [--pairs 400] [--cpu native]
+  python tests/bench/bench_half_matmul.py [--size 256] [--pairs 400] [--cpu native] [--half-opts KERNEL:OPTS]
 """
 from __future__ import annotations
 
@@ -43,6 +43,8 @@ def main(argv: list[str]) -> int:
   ap.add_argument("--size", type=int, default=256, help="M = K = N (default 256, the sample's)")
   ap.add_argument("--pairs", type=int, default=400, help="alternating pairs of calls timed (default 400)")
   ap.add_argument("--cpu", default="native", help="uopc build --cpu (default native)")
+  ap.add_argument("--half-opts", action="append", default=[], metavar="KERNEL:OPTS",
+                  help="uopc build --opts for the float16 build (repeatable): time a pinned schedule against the float32 one")
   args = ap.parse_args(argv)
   s = args.size
   half = Program("half_matmul", half_matmul, (("a", (s, s), "float16"), ("b", (s, s), "float16")))
@@ -51,7 +53,7 @@ def main(argv: list[str]) -> int:
   build_args = ["--cpu", args.cpu] if args.cpu != "portable" else []
   with tempfile.TemporaryDirectory(prefix="uopc-bench-half-") as tmp:
     like = np.zeros((s, s), np.float32)
-    f16 = UopcModel(half, [a, b], like, Path(tmp), build_args)
+    f16 = UopcModel(half, [a, b], like, Path(tmp), build_args + [x for o in args.half_opts for x in ("--opts", o)])
     f32 = UopcModel(single, [a.astype(np.float32), b.astype(np.float32)], like, Path(tmp), build_args)
     f16.call(), f32.call()
     products = (a[:, :, None] * b[None, :, :]).astype(np.float64)  # numpy rounds each float16 product once
