@@ -204,16 +204,18 @@ def test_order_does_not_depend_on_construction_order_ids_or_hash_seed():
   assert len(outputs) == 1, "\n----\n".join(outputs)
 
 
-def _two_chains(gated: bool = False):
-  """Two independent chains of 4 multiplications in one loop (an UPCAST's two register copies)."""
-  r = rng(8, 0)
+def _two_chains(gated: bool = False, threads: int | None = None):
+  """Two independent chains of 4 multiplications in one loop (an UPCAST's two register copies); with
+  `threads`, inside a GPU thread index of that bound."""
+  r = rng(8, 0) if threads is None else UOp(Ops.SPECIAL, idx, (c(threads),), "gidx0").alu(Ops.ADD, rng(8, 0))
   a, b, out = param(0), param(1), param(2)
   chains = []
   for k, buf in enumerate((a, b)):
     v = ld(buf, r) if not gated else UOp(Ops.LOAD, f32, (UOp(Ops.INDEX, buf.dtype, (buf, r)), c(0.0, f32), r.alu(Ops.CMPLT, c(4))))
     for i in range(4): v = v.alu(Ops.MUL, c(float(i + 2), f32))
     chains.append(st(out, r.alu(Ops.ADD, c(8 * k)), v))
-  return sink(end(UOp(Ops.GROUP, dtypes.void, tuple(chains)), r)), chains
+  loop = r if r.op is Ops.RANGE else r.src[1]
+  return sink(end(UOp(Ops.GROUP, dtypes.void, tuple(chains)), loop)), chains
 
 
 def _mul_positions(linear: UOp) -> list[int]:
@@ -237,3 +239,23 @@ def test_interleave_alternates_independent_chains():
 def test_interleave_leaves_kernels_with_gated_loads_alone():
   s, _ = _two_chains(gated=True)
   assert _mul_positions(linearize(s, interleave=True)) == [0, 0, 0, 0, 1, 1, 1, 1]
+
+
+def test_a_small_gpu_launch_is_interleaved_gated_loads_included_and_a_large_one_is_not():
+  """-t cuda: a launch of at most GPU_ILP_THREADS threads leaves warp slots empty, so loads go ahead of
+  their uses (step 4's order); a larger launch keeps the source order."""
+  from uopc.stages.linearize import GPU_ILP_THREADS, launch_threads
+  small, _ = _two_chains(gated=True, threads=GPU_ILP_THREADS)
+  large, _ = _two_chains(gated=True, threads=GPU_ILP_THREADS * 2)
+  assert launch_threads(small) == GPU_ILP_THREADS
+  blocks_at(linearize(small, gpu=True))
+  assert _mul_positions(linearize(small, gpu=True)) == [0, 1, 0, 1, 0, 1, 0, 1]
+  assert _mul_positions(linearize(large, gpu=True)) == [0, 0, 0, 0, 1, 1, 1, 1]
+
+
+def test_a_gpu_kernel_with_asynchronous_copies_keeps_its_order():
+  """Reads of a cp.async stage follow its wait by position only: such kernels are never reordered."""
+  s, chains = _two_chains(threads=64)
+  wait = UOp(Ops.BARRIER, dtypes.void, (), ("async", 0))
+  s = sink(*s.src, wait)
+  assert _mul_positions(linearize(s, gpu=True)) == [0, 0, 0, 0, 1, 1, 1, 1]

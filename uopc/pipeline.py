@@ -78,10 +78,11 @@ def _isel(target: str, fast_math: bool, contract: bool = False) -> Callable[[UOp
 
 
 def _linearize(target: str) -> Callable[[UOp, str], UOp]:
-  """Order each kernel; on the CPU targets interleaving independent chains (uopc.stages.linearize)."""
+  """Order each kernel; on the CPU targets, and on -t cuda in small launches, interleaving independent
+  chains (uopc.stages.linearize)."""
   def run(sink: UOp, name: str) -> UOp:
     from uopc.stages.linearize import linearize
-    return linearize(sink, interleave=target in ("c", "llvm"))
+    return linearize(sink, interleave=target in ("c", "llvm"), gpu=target == "cuda")
   return run
 
 

@@ -23,8 +23,16 @@ ENDIF. The algorithm:
    C compilers keep that order (they schedule little before register allocation), so the CPU finds
    independent work within its window (one core: gelu 0.216 -> 0.198 ms, max_pool 0.102 -> 0.055,
    softmax 0.243 -> 0.204). Not in kernels with gated loads: their lanes load one by one, and hoisting
-   all of them ahead of their selects made the 3x3 convolution 25% slower. Blocks are flattened to opener, body, closer. A block without a closer in the graph
-   gets one synthesized after its last instruction: END(last, range) or ENDIF(if).
+   all of them ahead of their selects made the 3x3 convolution 25% slower. On a GPU (`gpu`), the same
+   order in kernels whose launch has at most GPU_ILP_THREADS threads, gated loads included: such a
+   grid leaves most of the GPU's warp slots empty (an H100 holds 270336 threads), so no other warp
+   hides a load's latency and only loads issued ahead of their uses do; ptxas keeps the order and
+   spends the registers, which a small grid has to spare (H100: the ResNet block 0.029 -> 0.022 ms,
+   a float16 matmul 256 0.0135 -> 0.0116, cumsum 0.0158 -> 0.0147; a batched convolution of 50176
+   threads spilled its 8 x 16 tile with it). Never in kernels that stage tiles by asynchronous copies:
+   their reads of a stage follow its wait (BARRIER (ASYNC, n)) by position, not by a data dependence. Blocks are flattened to opener, body, closer. A block
+   without a closer in the graph gets one synthesized after its last instruction: END(last, range) or
+   ENDIF(if).
 
 Only the graph's structure and source order decide the result (never ids, hashes or set order), so
 the same graph gives the same LINEAR byte for byte however it was built. The SINK itself is not an
@@ -33,6 +41,7 @@ instruction and is left out.
 from __future__ import annotations
 
 import heapq
+import math
 
 from uopc.diagnostics import CompileError, error
 from uopc.ops import Ops
@@ -43,11 +52,29 @@ CLOSERS = frozenset({Ops.END, Ops.ENDIF})
 _KIND_RANK = {Ops.SPECIAL: 0, Ops.RANGE: 1, Ops.IF: 2}
 
 
-def linearize(sink: UOp, interleave: bool = False) -> UOp:
+GPU_ILP_THREADS = 1 << 15  # a GPU launch of at most this many threads is ordered for instruction-level parallelism
+
+
+def linearize(sink: UOp, interleave: bool = False, gpu: bool = False) -> UOp:
   """The LINEAR of a kernel SINK: every instruction once, blocks nested, loop invariants hoisted.
-  `interleave` (the CPU targets): see step 4, unless the kernel has gated loads."""
+  `interleave` (the CPU targets): see step 4, unless the kernel has gated loads; `gpu` (-t cuda): step
+  4's order where the launch has at most GPU_ILP_THREADS threads and no asynchronous copies."""
+  if gpu: return _Linearizer(sink, launch_threads(sink) <= GPU_ILP_THREADS and not _async_copies(sink)).run()
   gated = any(u.op is Ops.LOAD and len(u.src) == 3 for u in sink.toposort())
   return _Linearizer(sink, interleave and not gated).run()
+
+
+def _async_copies(sink: UOp) -> bool:
+  """Whether the kernel stages tiles by asynchronous copies (a BARRIER with an ASYNC arg): its reads of
+  a stage follow the wait in source order, not by a data dependence, so its order is kept."""
+  return any(u.op is Ops.BARRIER and isinstance(u.arg, tuple) for u in sink.toposort())
+
+
+def launch_threads(sink: UOp) -> int:
+  """Threads a GPU kernel launches: the product of its SPECIALs' bounds (a bound not known at compile
+  time counts as large)."""
+  bounds = [u.src[0].arg if u.src and u.src[0].op is Ops.CONST else 1 << 31 for u in sink.toposort() if u.op is Ops.SPECIAL]
+  return math.prod(int(b) for b in bounds)
 
 
 def _fail(message: str) -> CompileError: return CompileError([error(None, f"linearize: {message}")])
