@@ -232,10 +232,10 @@ def build(file, target, out_dir, emit, archs, opt_level, print_before, print_aft
   from uopc.driver import BuildOptions, build as run_build, check_target, lib_name
   from uopc.pipeline import UnknownStageError, check_stage_name
   from uopc.stages.optimize import parse_schedule
-  check_target(target)
+  resolved = check_target(target)  # the build's one lookup of -t: the driver and the stages take the object
   schedule = parse_schedule(pinned) if pinned else None
   try:
-    for stage in print_before + print_after: check_stage_name(target, stage)
+    for stage in print_before + print_after: check_stage_name(resolved, stage)
     name = lib_name(file, name)
   except (UnknownStageError, ValueError) as e:
     raise click.UsageError(str(e)) from e
@@ -247,7 +247,7 @@ def build(file, target, out_dir, emit, archs, opt_level, print_before, print_aft
                               modes=numeric_modes(fp_contract == "fast", allow_tf32))
   out = Path(out_dir)
   depfile = Path(dep_file) if dep_file else (out / f"{name}.d" if make_deps else None)
-  run_build(file, BuildOptions(target, out, emit, int(opt_level), print_before, print_after, None, depfile, name, archs or (), allow_custom=allow_custom,
+  run_build(file, BuildOptions(resolved, out, emit, int(opt_level), print_before, print_after, None, depfile, name, archs or (), allow_custom=allow_custom,
                                schedule=schedule, fast_math=fast_math, fp_contract=fp_contract == "fast",
                                allow_tf32=allow_tf32, cpu=cpu))
 

@@ -72,7 +72,7 @@ def cpu_vector_bytes(cpu: str, env: Mapping[str, str]) -> int:
 
 @dataclass(frozen=True)
 class BuildOptions:
-  target: str = "c"
+  target: str | Target = "c"    # -t: a name (resolved once by `build`) or the Target itself
   out_dir: Path = Path(".")
   emit: tuple[str, ...] | None = None   # artifact kinds to write; None: all of the target's
   opt_level: int = 3
@@ -98,9 +98,12 @@ def lib_name(path: str | Path, name: str | None) -> str:
   return name
 
 
-def check_target(name: str) -> Target:
+def check_target(target: str | Target) -> Target:
+  """The Target of -t NAME (a Target is returned as it is): the one lookup of a build, whose stages then
+  take the object."""
+  if isinstance(target, Target): return target
   try:
-    return get_target(name)
+    return get_target(target)
   except UnknownTargetError as e:
     raise CompileError([error(None, str(e))]) from e
 
@@ -119,16 +122,16 @@ def build(path: str | Path, opts: BuildOptions = BuildOptions()) -> list[Path]:
   target = check_target(opts.target)
   archs = opts.archs or target.default_archs
   emit = check_emit(target, opts.emit, archs)
-  for stage in opts.print_before + opts.print_after: check_stage_name(opts.target, stage)
+  for stage in opts.print_before + opts.print_after: check_stage_name(target, stage)
   name = lib_name(path, opts.name)
-  if opts.cpu != "portable" and opts.target != "c":
-    raise CompileError([error(None, f"--cpu {opts.cpu} is for -t c; -t {opts.target} builds for its own targets")])
-  with current().progress(f"{name} (-t {opts.target})"):
+  if opts.cpu != "portable" and target.name != "c":
+    raise CompileError([error(None, f"--cpu {opts.cpu} is for -t c; -t {target.name} builds for its own targets")])
+  with current().progress(f"{name} (-t {target.name})"):
     return _build(path, opts, target, archs, emit, name)
 
 
 def _build(path: str | Path, opts: BuildOptions, target: Target, archs: tuple[str, ...], emit: tuple[str, ...], name: str) -> list[Path]:
-  entries = _lower(str(path), opts, name, cpu_vector_bytes(opts.cpu, opts.env), archs)
+  entries = _lower(str(path), opts, target, name, cpu_vector_bytes(opts.cpu, opts.env), archs)
   outputs = {k: opts.out_dir / f for k, f in target.artifacts(name, archs).items() if k in emit}
   opts.out_dir.mkdir(parents=True, exist_ok=True)
   staging = Path(tempfile.mkdtemp(prefix=f".{name}.uopc-", dir=opts.out_dir))
@@ -145,7 +148,7 @@ def _build(path: str | Path, opts: BuildOptions, target: Target, archs: tuple[st
   return list(outputs.values()) + ([opts.depfile] if opts.depfile is not None else [])
 
 
-def _lower(path: str, opts: BuildOptions, name: str, vector_bytes: int, archs: tuple[str, ...] = ()):
+def _lower(path: str, opts: BuildOptions, target: Target, name: str, vector_bytes: int, archs: tuple[str, ...] = ()):
   from uopc.frontend import load_module
   from uopc.verify import verify_module
   module = load_module(path)
@@ -154,7 +157,7 @@ def _lower(path: str, opts: BuildOptions, name: str, vector_bytes: int, archs: t
   if errors: raise CompileError(errors, {module.path: module.text})
   for d in diags: current().report(d, module.text)
   printing = PrintOptions(frozenset(opts.print_before), frozenset(opts.print_after), opts.print_out or sys.stdout)
-  return compile_module(module, opts.target, name, printing, opts.schedule, opts.fast_math, vector_bytes, archs,
+  return compile_module(module, target, name, printing, opts.schedule, opts.fast_math, vector_bytes, archs,
                         opts.fp_contract, opts.allow_tf32)
 
 

@@ -17,7 +17,7 @@ from uopc.diagnostics import CompileError, error
 from uopc.launcher import EntryKernels, c_identifier, kernel_name
 from uopc.module import Entry, Module
 from uopc.ops import Ops
-from uopc.targets import get_target
+from uopc.targets import Target, as_target
 from uopc.uop import UOp
 
 SEED_STAGES = ("callify", "rangeify", "optimize", "expand", "isel", "linearize", "plan", "render")
@@ -52,12 +52,15 @@ def _plan(program, name: str):
   return plan(program)
 
 
-def _optimize(target: str, schedule: Mapping[str, tuple] | None, relocate: Callable[[UOp, UOp], None],
+def _optimize(target: Target, schedule: Mapping[str, tuple] | None, relocate: Callable[[UOp, UOp], None],
               vector_bytes: int | None, archs: tuple[str, ...], tf32: bool = False) -> Callable[[UOp, str], Any]:
-  """Optimize with the opts --opts pins for a kernel, the target's heuristics for the others."""
+  """Optimize with the opts --opts pins for a kernel, the target's heuristics for the others (the
+  target's capabilities computed once, for every kernel)."""
+  caps = None
   def run(sink: UOp, name: str):
+    nonlocal caps
     from uopc.stages.optimize import optimize, target_caps
-    caps = target_caps(target, vector_bytes, archs, tf32)
+    caps = caps or target_caps(target, vector_bytes, archs, tf32)
     return optimize(sink, name, caps, schedule.get(name) if schedule is not None else None, relocate)
   return run
 
@@ -69,28 +72,28 @@ def _expand(relocate: Callable[[UOp, UOp], None]) -> Callable[[Any, str], UOp]:
   return run
 
 
-def _isel(target: str, fast_math: bool, contract: bool = False) -> Callable[[UOp, str], UOp]:
+def _isel(target: Target, fast_math: bool, contract: bool = False) -> Callable[[UOp, str], UOp]:
   """Lower the ops `target` lacks (decompositions, transcendentals, division by constants)."""
   def run(sink: UOp, name: str) -> UOp:
     from uopc.stages.isel import capabilities, isel
-    return isel(sink, capabilities(target), fast_math, contract)
+    return isel(sink, capabilities(target.name), fast_math, contract)
   return run
 
 
-def _linearize(target: str) -> Callable[[UOp, str], UOp]:
+def _linearize(target: Target) -> Callable[[UOp, str], UOp]:
   """Order each kernel; on the CPU targets, and on -t cuda in small launches, interleaving independent
   chains (uopc.stages.linearize)."""
   def run(sink: UOp, name: str) -> UOp:
     from uopc.stages.linearize import linearize
-    return linearize(sink, interleave=target in ("c", "llvm"), gpu=target == "cuda")
+    return linearize(sink, interleave=target.name in ("c", "llvm"), gpu=target.name == "cuda")
   return run
 
 
-def pipeline(target: str, loc_of: Callable[[UOp], Any] = lambda u: None, schedule: Mapping[str, tuple] | None = None,
+def pipeline(target: str | Target, loc_of: Callable[[UOp], Any] = lambda u: None, schedule: Mapping[str, tuple] | None = None,
              relocate: Callable[[UOp, UOp], None] = lambda old, new: None, fast_math: bool = False,
              vector_bytes: int | None = None, archs: tuple[str, ...] = (), fp_contract: bool = False,
              allow_tf32: bool = False) -> tuple[Stage, ...]:
-  """`target`'s stages in seed 000's order; `loc_of` lets a renderer point a refusal (an op the target
+  """`target`'s stages in seed 000's order (a Target, or its name, resolved here once); `loc_of` lets a renderer point a refusal (an op the target
   lacks) at the source; `schedule` maps kernel names to the opts --opts pins for them; `relocate(old,
   new)` (Module.relocate) keeps a node's source location on what a stage replaces it with; `fast_math`
   lets Instruction Selection and the renderer use the target's approximate instructions; `vector_bytes`
@@ -98,22 +101,23 @@ def pipeline(target: str, loc_of: Callable[[UOp], Any] = lambda u: None, schedul
   `archs` the GPU archs of the build (--arch; (): the target's defaults), whose limits Optimize meets;
   `fp_contract` (--fp-contract=fast) lets Instruction Selection fuse a float ADD(MUL) into one multiply-add;
   `allow_tf32` (--allow-tf32) lets float32 gemms take the tf32 tensor cores."""
-  return (Stage("callify", _callify), Stage("rangeify", _rangeify(target)), Stage("optimize", _optimize(target, schedule, relocate, vector_bytes, archs, allow_tf32)),
-          Stage("expand", _expand(relocate)), Stage("isel", _isel(target, fast_math, fp_contract)), Stage("linearize", _linearize(target)),
-          Stage("plan", _plan), Stage("render", get_target(target).render_stage(loc_of, fast_math)))
+  t = as_target(target)
+  return (Stage("callify", _callify), Stage("rangeify", _rangeify(t.name)), Stage("optimize", _optimize(t, schedule, relocate, vector_bytes, archs, allow_tf32)),
+          Stage("expand", _expand(relocate)), Stage("isel", _isel(t, fast_math, fp_contract)), Stage("linearize", _linearize(t)),
+          Stage("plan", _plan), Stage("render", t.render_stage(loc_of, fast_math)))
 
 
 class UnknownStageError(ValueError):
   """A --print-before/--print-after name that is not a stage of the target; the CLI makes it a usage error."""
 
 
-def stage_names(target: str) -> tuple[str, ...]: return tuple(s.name for s in pipeline(target))
+def stage_names(target: str | Target) -> tuple[str, ...]: return tuple(s.name for s in pipeline(target))
 
 
-def check_stage_name(target: str, name: str) -> None:
+def check_stage_name(target: str | Target, name: str) -> None:
   valid = stage_names(target)
   if name not in valid:
-    raise UnknownStageError(f"unknown stage '{name}' for target {target}; valid stages: {', '.join(valid)}")
+    raise UnknownStageError(f"unknown stage '{name}' for target {as_target(target).name}; valid stages: {', '.join(valid)}")
 
 
 @dataclass(frozen=True)
@@ -150,7 +154,7 @@ def run_kernel_stages(stages: Sequence[Stage], sink: UOp, name: str, opts: Print
   return value
 
 
-def compile_module(module: Module, target: str, lib_name: str, opts: PrintOptions = PrintOptions(),
+def compile_module(module: Module, target: str | Target, lib_name: str, opts: PrintOptions = PrintOptions(),
                    schedule: Mapping[str, tuple] | None = None, fast_math: bool = False,
                    vector_bytes: int | None = None, archs: tuple[str, ...] = (), fp_contract: bool = False,
                    allow_tf32: bool = False) -> list[EntryKernels]:

@@ -63,7 +63,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import Any, Callable, Mapping
+from typing import TYPE_CHECKING, Any, Callable, Mapping
 
 from uopc.diagnostics import CompileError, error
 from uopc.dtype import AddrSpace, PtrDType, dtypes
@@ -73,6 +73,8 @@ from uopc.stages.tensor_cores import CUDA_TENSOR_CORES, TF32_TENSOR_CORE, Tensor
 from uopc.stages.accumulators import accumulator_first
 from uopc.symbolic import simplify
 from uopc.uop import UOp
+
+if TYPE_CHECKING: from uopc.targets import Target
 
 # ---- targets --------------------------------------------------------------------------------------------
 
@@ -90,7 +92,7 @@ class TargetCaps:
   local_bytes: int = 48 * 1024  # LOCAL (shared) memory a workgroup may use: what TC's pinned stages may fill
 
 
-def target_caps(target: str, vector_bytes: int | None = None, archs: tuple[str, ...] = (), tf32: bool = False) -> TargetCaps:
+def target_caps(target: "str | Target", vector_bytes: int | None = None, archs: tuple[str, ...] = (), tf32: bool = False) -> TargetCaps:
   """CPU targets (c, llvm) and GPU targets (cuda, amd, metal). The CPU targets share the C launcher, which
   runs THREAD axes on worker threads. Both build for the portable baseline by default (x86-64's SSE:
   16-byte registers, 4 x f32); `vector_bytes` is the register width -t c builds for with `--cpu`
@@ -98,13 +100,13 @@ def target_caps(target: str, vector_bytes: int | None = None, archs: tuple[str, 
   heuristics size their register tiles by it. A GPU target's `local_bytes` is the least its `Target`
   allows a workgroup on any of `archs` (() : the target's default archs), so one plan runs on all; `tf32`
   (--allow-tf32) adds the tf32 tensor core for float32 gemms on -t cuda."""
-  if target == "c": return TargetCaps(target, gpu=False, threads=True, vector_width=(vector_bytes or 16) // 4, aligned_vectors=False)
-  if target == "llvm": return TargetCaps(target, gpu=False, threads=True, vector_width=4, aligned_vectors=False)
-  from uopc.targets import get_target  # a GPU target's own limits
-  t = get_target(target)
+  from uopc.targets import as_target
+  t = as_target(target)
+  if t.name == "c": return TargetCaps(t.name, gpu=False, threads=True, vector_width=(vector_bytes or 16) // 4, aligned_vectors=False)
+  if t.name == "llvm": return TargetCaps(t.name, gpu=False, threads=True, vector_width=4, aligned_vectors=False)
   local = min(map(t.local_bytes, archs or t.default_archs), default=TargetCaps.local_bytes) if t.local_bytes else TargetCaps.local_bytes
-  tensor_cores = (CUDA_TENSOR_CORES + ((TF32_TENSOR_CORE,) if tf32 else ())) if target == "cuda" else ()
-  return TargetCaps(target, gpu=True, threads=False, vector_width=4, aligned_vectors=True, tensor_cores=tensor_cores, local_bytes=local)
+  tensor_cores = (CUDA_TENSOR_CORES + ((TF32_TENSOR_CORE,) if tf32 else ())) if t.name == "cuda" else ()
+  return TargetCaps(t.name, gpu=True, threads=False, vector_width=4, aligned_vectors=True, tensor_cores=tensor_cores, local_bytes=local)
 
 
 # ---- axes ------------------------------------------------------------------------------------------------

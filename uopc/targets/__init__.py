@@ -67,6 +67,12 @@ def target_names() -> tuple[str, ...]: return tuple(TARGET_MODULES)
 
 
 def get_target(name: str) -> Target:
+  """The Target named `name` (the driver resolves a build's -t once; stages take the object)."""
   if name not in TARGET_MODULES:
     raise UnknownTargetError(f"unknown target '{name}'; targets: {', '.join(TARGET_MODULES)}")
   return importlib.import_module(TARGET_MODULES[name]).TARGET
+
+
+def as_target(target: "str | Target") -> Target:
+  """`target` itself, or the Target it names: lower-level entry points (tests, the tuner) may pass a name."""
+  return target if isinstance(target, Target) else get_target(target)
