@@ -204,9 +204,9 @@ def test_order_does_not_depend_on_construction_order_ids_or_hash_seed():
   assert len(outputs) == 1, "\n----\n".join(outputs)
 
 
-def _two_chains(gated: bool = False, threads: int | None = None):
+def _two_chains(gated: bool = False, threads: int | None = None, registers: int = 0):
   """Two independent chains of 4 multiplications in one loop (an UPCAST's two register copies); with
-  `threads`, inside a GPU thread index of that bound."""
+  `threads`, inside a GPU thread index of that bound; with `registers`, beside a REG buffer of that size."""
   r = rng(8, 0) if threads is None else UOp(Ops.SPECIAL, idx, (c(threads),), "gidx0").alu(Ops.ADD, rng(8, 0))
   a, b, out = param(0), param(1), param(2)
   chains = []
@@ -215,7 +215,8 @@ def _two_chains(gated: bool = False, threads: int | None = None):
     for i in range(4): v = v.alu(Ops.MUL, c(float(i + 2), f32))
     chains.append(st(out, r.alu(Ops.ADD, c(8 * k)), v))
   loop = r if r.op is Ops.RANGE else r.src[1]
-  return sink(end(UOp(Ops.GROUP, dtypes.void, tuple(chains)), loop)), chains
+  extra = (st(UOp(Ops.BUFFER, f32.ptr(AddrSpace.REG, registers), (), (9, "acc")), c(0), c(0.0, f32)),) if registers else ()
+  return sink(end(UOp(Ops.GROUP, dtypes.void, tuple(chains) + extra), loop)), chains
 
 
 def _mul_positions(linear: UOp) -> list[int]:
@@ -241,16 +242,19 @@ def test_interleave_leaves_kernels_with_gated_loads_alone():
   assert _mul_positions(linearize(s, interleave=True)) == [0, 0, 0, 0, 1, 1, 1, 1]
 
 
-def test_a_small_gpu_launch_is_interleaved_gated_loads_included_and_a_large_one_is_not():
+def test_a_small_gpu_launch_or_a_small_register_tile_is_interleaved_a_large_tile_in_a_large_launch_not():
   """-t cuda: a launch of at most GPU_ILP_THREADS threads leaves warp slots empty, so loads go ahead of
-  their uses (step 4's order); a larger launch keeps the source order."""
-  from uopc.stages.linearize import GPU_ILP_THREADS, launch_threads
-  small, _ = _two_chains(gated=True, threads=GPU_ILP_THREADS)
-  large, _ = _two_chains(gated=True, threads=GPU_ILP_THREADS * 2)
+  their uses (step 4's order), gated ones too; so they do in a larger launch whose threads keep few
+  registers; a large launch of large register tiles keeps the source order."""
+  from uopc.stages.linearize import GPU_ILP_ACCS, GPU_ILP_THREADS, launch_threads
+  small, _ = _two_chains(gated=True, threads=GPU_ILP_THREADS, registers=4 * GPU_ILP_ACCS)
+  lean, _ = _two_chains(gated=True, threads=GPU_ILP_THREADS * 2, registers=GPU_ILP_ACCS)
+  tiled, _ = _two_chains(gated=True, threads=GPU_ILP_THREADS * 2, registers=GPU_ILP_ACCS + 1)
   assert launch_threads(small) == GPU_ILP_THREADS
   blocks_at(linearize(small, gpu=True))
   assert _mul_positions(linearize(small, gpu=True)) == [0, 1, 0, 1, 0, 1, 0, 1]
-  assert _mul_positions(linearize(large, gpu=True)) == [0, 0, 0, 0, 1, 1, 1, 1]
+  assert _mul_positions(linearize(lean, gpu=True)) == [0, 1, 0, 1, 0, 1, 0, 1]
+  assert _mul_positions(linearize(tiled, gpu=True)) == [0, 0, 0, 0, 1, 1, 1, 1]
 
 
 def test_a_gpu_kernel_with_asynchronous_copies_keeps_its_order():

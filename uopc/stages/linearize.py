@@ -28,8 +28,10 @@ ENDIF. The algorithm:
    grid leaves most of the GPU's warp slots empty (an H100 holds 270336 threads), so no other warp
    hides a load's latency and only loads issued ahead of their uses do; ptxas keeps the order and
    spends the registers, which a small grid has to spare (H100: the ResNet block 0.029 -> 0.022 ms,
-   a float16 matmul 256 0.0135 -> 0.0116, cumsum 0.0158 -> 0.0147; a batched convolution of 50176
-   threads spilled its 8 x 16 tile with it). Never in kernels that stage tiles by asynchronous copies:
+   a float16 matmul 256 0.0135 -> 0.0116, cumsum 0.0158 -> 0.0147). In larger launches too where a
+   thread keeps at most GPU_ILP_ACCS register elements (GPT-2's block 0.220 -> 0.206 ms; softmax and
+   layernorm 4096 x 4096 unchanged), not where a register tile needs the registers (a batched
+   convolution's 8 x 16 tile spilled with it). Never in kernels that stage tiles by asynchronous copies:
    their reads of a stage follow its wait (BARRIER (ASYNC, n)) by position, not by a data dependence. Blocks are flattened to opener, body, closer. A block
    without a closer in the graph gets one synthesized after its last instruction: END(last, range) or
    ENDIF(if).
@@ -44,6 +46,7 @@ import heapq
 import math
 
 from uopc.diagnostics import CompileError, error
+from uopc.dtype import AddrSpace
 from uopc.ops import Ops
 from uopc.uop import UOp
 
@@ -52,14 +55,18 @@ CLOSERS = frozenset({Ops.END, Ops.ENDIF})
 _KIND_RANK = {Ops.SPECIAL: 0, Ops.RANGE: 1, Ops.IF: 2}
 
 
-GPU_ILP_THREADS = 1 << 15  # a GPU launch of at most this many threads is ordered for instruction-level parallelism
+GPU_ILP_THREADS = 1 << 15  # a GPU launch of at most this many threads is ordered for instruction-level parallelism,
+GPU_ILP_ACCS = 64          # ... and so is a larger one whose threads keep at most this many register elements
 
 
 def linearize(sink: UOp, interleave: bool = False, gpu: bool = False) -> UOp:
   """The LINEAR of a kernel SINK: every instruction once, blocks nested, loop invariants hoisted.
   `interleave` (the CPU targets): see step 4, unless the kernel has gated loads; `gpu` (-t cuda): step
-  4's order where the launch has at most GPU_ILP_THREADS threads and no asynchronous copies."""
-  if gpu: return _Linearizer(sink, launch_threads(sink) <= GPU_ILP_THREADS and not _async_copies(sink)).run()
+  4's order where the launch has at most GPU_ILP_THREADS threads or its threads keep at most GPU_ILP_ACCS
+  register elements, and it has no asynchronous copies."""
+  if gpu:
+    small = launch_threads(sink) <= GPU_ILP_THREADS or _register_elements(sink) <= GPU_ILP_ACCS
+    return _Linearizer(sink, small and not _async_copies(sink)).run()
   gated = any(u.op is Ops.LOAD and len(u.src) == 3 for u in sink.toposort())
   return _Linearizer(sink, interleave and not gated).run()
 
@@ -68,6 +75,12 @@ def _async_copies(sink: UOp) -> bool:
   """Whether the kernel stages tiles by asynchronous copies (a BARRIER with an ASYNC arg): its reads of
   a stage follow the wait in source order, not by a data dependence, so its order is kept."""
   return any(u.op is Ops.BARRIER and isinstance(u.arg, tuple) for u in sink.toposort())
+
+
+def _register_elements(sink: UOp) -> int:
+  """Elements of the kernel's REG buffers (its accumulators): what a thread keeps in registers besides
+  the values in flight."""
+  return sum(u.dtype.size for u in sink.toposort() if u.op is Ops.BUFFER and getattr(u.dtype, "addrspace", None) is AddrSpace.REG)
 
 
 def launch_threads(sink: UOp) -> int:
