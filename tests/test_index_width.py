@@ -1,5 +1,6 @@
-"""Index arithmetic in 32 bits on -t cuda (uopc.stages.index_width): narrowed exactly where every value
-fits in int32, kept 64-bit where one does not, and the kernels compute what the C target computes."""
+"""Index arithmetic in 32 bits on -t cuda and -t amd (uopc.stages.index_width): narrowed exactly where
+every value fits in int32, kept 64-bit where one does not, and the kernels compute what the C target
+computes."""
 from __future__ import annotations
 
 from pathlib import Path
@@ -85,9 +86,10 @@ def test_the_cumsum_window_is_32_bit_arithmetic_in_the_ptx(tmp_path):
   for arch in ("sm_80", "sm_90"): ptxas_accepts(ptx, arch, tmp_path)
 
 
+@pytest.mark.parametrize("target", ["cuda", "amd"])
 @pytest.mark.parametrize("model", ["cumsum", "max_pool", "argmax", "embedding", "cross_entropy"])
-def test_narrowed_kernels_compute_what_the_c_target_does_in_the_emulator(model):
+def test_narrowed_kernels_compute_what_the_c_target_does_in_the_emulator(model, target):
   path = MODELS / f"{model}.uop"
   want = run_file(path, target="c", seed=1).arrays
-  got = run_file(path, target="cuda", inputs={k: v for k, v in want.items() if k != "out"}, emulated=True).arrays
+  got = run_file(path, target=target, inputs={k: v for k, v in want.items() if k != "out"}, emulated=True).arrays
   np.testing.assert_allclose(got["out"], want["out"], rtol=1e-6, atol=1e-6)
