@@ -93,3 +93,13 @@ def test_narrowed_kernels_compute_what_the_c_target_does_in_the_emulator(model, 
   want = run_file(path, target="c", seed=1).arrays
   got = run_file(path, target=target, inputs={k: v for k, v in want.items() if k != "out"}, emulated=True).arrays
   np.testing.assert_allclose(got["out"], want["out"], rtol=1e-6, atol=1e-6)
+
+
+def test_a_shift_by_a_value_of_another_dtype_takes_that_values_range():
+  """SHL of an index by an int32 amount: the amount's own range counts (999 << 30 leaves int32)."""
+  r = loop(1000)
+  big = UOp(Ops.SHL, idx, (r, UOp.const(dtypes.int32, 30)))
+  small = UOp(Ops.SHL, idx, (r, UOp.const(dtypes.int32, 3)))
+  for shifted, width in ((big, idx), (small, dtypes.int32)):
+    sink = narrow_index(stored(r, UOp(Ops.CAST, dtypes.int64, (shifted,))))
+    assert [u.dtype for u in sink.toposort() if u.op is Ops.SHL] == [width]

@@ -56,9 +56,7 @@ def _const_of(r: Range) -> int | None: return r[0] if r is not None and r[0] == 
 def _range(u: UOp, rs: list[Range]) -> Range:
   """The range of every lane of index node `u` from its sources' ranges `rs` (None: unknown)."""
   op = u.op
-  if op in _LEAVES or op is Ops.CONST:
-    lo, hi = u.min_max
-    return (lo, hi) if isinstance(lo, int) and isinstance(hi, int) and not isinstance(lo, bool) else None
+  if op in _LEAVES or op is Ops.CONST: return _own_range(u)
   if op is Ops.WHERE: rs = rs[1:]  # the condition is not an index
   if any(r is None for r in rs): return None
   if op in (Ops.STACK, Ops.GEP, Ops.WHERE): return _span(*(x for r in rs for x in r))
@@ -79,6 +77,12 @@ def _range(u: UOp, rs: list[Range]) -> Range:
   return None
 
 
+def _own_range(u: UOp) -> Range:
+  """A node's derived min_max where it is an integer range (a leaf, or a source that is not an index)."""
+  lo, hi = u.min_max
+  return (lo, hi) if isinstance(lo, int) and isinstance(hi, int) and not isinstance(lo, bool) else None
+
+
 def _int32(dt: DType) -> DType: return dtypes.int32.vec(dt.count) if dt.count > 1 else dtypes.int32
 
 
@@ -90,7 +94,7 @@ def narrow_index(sink: UOp) -> UOp:
 
   for u in sink.toposort():
     if _is_index(u) and (u.op in _ARITH or u.op in _LEAVES):
-      ranges[u] = _range(u, [ranges.get(s) if _is_index(s) else (0, 0) for s in u.src])
+      ranges[u] = _range(u, [ranges.get(s) if _is_index(s) else _own_range(s) for s in u.src])
       if _fits(ranges[u]) and all(s in narrow for s in u.src if _is_index(s)):
         if u.op in _LEAVES:
           done[u] = _rebuild(u, narrow, done)
