@@ -159,6 +159,21 @@ def _one_sign(*rngs: tuple[int, int]) -> bool:
   return all(r[0] >= 0 for r in rngs) or all(r[1] <= 0 for r in rngs)
 
 
+def linear_form(e: UOp) -> dict[UOp | None, int]:
+  """e as sum(coefficient * atom) + constant ({atom: coefficient}, the constant under None): ADDs and MULs
+  by constants are opened, anything else is an atom. Exact for integers (no wrap-around assumed away:
+  callers use it on index arithmetic, whose values are mathematical integers)."""
+  if e.op is Ops.CONST: return {None: int(e.arg)}
+  if e.op is Ops.ADD:
+    out = dict(linear_form(e.src[0]))
+    for a, c in linear_form(e.src[1]).items(): out[a] = out.get(a, 0) + c
+    return out
+  if e.op is Ops.MUL:
+    for x, k in (e.src, e.src[::-1]):
+      if k.op is Ops.CONST: return {a: c * int(k.arg) for a, c in linear_form(x).items()}
+  return {e: 1}
+
+
 def _terms(u: UOp) -> list[UOp]:
   """The summands of a chain of ADDs, left to right."""
   out, stack = [], [u]

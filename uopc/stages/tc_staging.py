@@ -41,7 +41,7 @@ from uopc.dtype import AddrSpace, PtrDType, dtypes
 from uopc.ops import AxisType, Ops
 from uopc.rewrite import substitute
 from uopc.stages.tensor_cores import ASYNC, LDMATRIX
-from uopc.symbolic import simplify
+from uopc.symbolic import linear_form, simplify
 from uopc.uop import UOp
 
 VECTOR_BYTES = 16             # bytes a thread copies at once
@@ -54,19 +54,6 @@ Form = dict  # atom (UOp, or None for the constant) -> int coefficient
 
 
 def _idx(v: int) -> UOp: return UOp.const(dtypes.index, v)
-
-
-def _linear(e: UOp) -> Form:
-  """e as sum(coefficient * atom) + constant: ADDs and MULs by constants are opened, the rest are atoms."""
-  if e.op is Ops.CONST: return {None: int(e.arg)}
-  if e.op is Ops.ADD:
-    out = dict(_linear(e.src[0]))
-    for a, c in _linear(e.src[1]).items(): out[a] = out.get(a, 0) + c
-    return out
-  if e.op is Ops.MUL:
-    for x, k in (e.src, e.src[::-1]):
-      if k.op is Ops.CONST: return {a: c * int(k.arg) for a, c in _linear(x).items()}
-  return {e: 1}
 
 
 def _value(u: UOp, env: dict) -> int:
@@ -93,7 +80,7 @@ class _Operand:
 
   def __init__(self, buf: UOp, loads: list[UOp]):
     self.buf, self.loads = buf, loads
-    self.forms = [_linear(ld.src[0].src[1]) for ld in loads]
+    self.forms = [linear_form(ld.src[0].src[1]) for ld in loads]
 
 
 def _split(form: Form, kinds: dict[UOp, str]) -> tuple[Form, Form]:
@@ -178,7 +165,7 @@ class _Layout:
 
 def _split_on(e: UOp, k: UOp) -> UOp:
   """e as (its terms free of k) + (its terms with k), each simplified: the first is loop-invariant."""
-  form = _linear(simplify(e))
+  form = linear_form(simplify(e))
   free = {a: c for a, c in form.items() if a is None or k not in a.toposort()}
   return _build(free).alu(Ops.ADD, _build({a: c for a, c in form.items() if a not in free}))
 
