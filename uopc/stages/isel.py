@@ -25,6 +25,7 @@ from uopc.dtype import DType, dtypes
 from uopc.ops import FUSED, Ops
 from uopc.rewrite import Pat, Rules, graph_rewrite
 from uopc.stages import transcendental as tm
+from uopc.stages.address_offsets import split_offsets
 from uopc.stages.index_width import narrow_index
 from uopc.stages.transcendental import add, c, cast, eq, lt, mul, ne, shl, shr, sub, where
 from uopc.uop import UOp
@@ -45,6 +46,7 @@ class Capabilities:
   int_division: bool = True    # has a hardware integer divider; without one IDIV/MOD by constants are lowered
   fused_mulacc: bool = False   # renders MULACC {"fused"}: formed for ints, for floats under --fast-math or --fp-contract=fast
   index32: bool = False        # index arithmetic whose values fit in int32 is done in 32 bits (uopc.stages.index_width)
+  displacement: bool = False   # loads/stores take base + constant addresses (uopc.stages.address_offsets)
 
   def renders(self, op: Ops, dt: DType, fast_math: bool) -> bool:
     tables = (self.native, self.approximate) if fast_math else (self.native,)
@@ -77,7 +79,7 @@ CAPABILITIES: dict[str, Capabilities] = {
                        Ops.EXP2: frozenset({dtypes.float16, dtypes.float32}), Ops.LOG2: frozenset({dtypes.float16, dtypes.float32})},
                       {}, int_division=False, fused_mulacc=True, index32=True),
   "cuda": Capabilities({**{op: ALL for op in _SIMPLE + (Ops.SQRT,)}, Ops.EXP2: _F16_F32}, {op: _F16_F32 for op in (Ops.LOG2, Ops.SIN)},
-                       int_division=False, fused_mulacc=True, index32=True),
+                       int_division=False, fused_mulacc=True, index32=True, displacement=True),
   "metal": Capabilities({op: ALL for op in _SIMPLE}, {op: _F16_F32 for op in _TRANSCENDENTAL}, float64=False,
                         int_division=False),
 }
@@ -289,4 +291,5 @@ def isel(sink: UOp, caps: Capabilities, fast_math: bool = False, contract: bool 
   """`sink` with every op that `caps` lacks lowered into ops it has; with `contract` (or `fast_math`) a
   float ADD(MUL(a, b), c) becomes one fused multiply-add where the target has one."""
   out = graph_rewrite(sink, ISEL_RULES, bottom_up=True, ctx=IselContext(caps, fast_math, contract))
+  if caps.displacement: out = split_offsets(out)
   return narrow_index(out) if caps.index32 else out

@@ -81,6 +81,7 @@ class _Kernel:
     self.arrays: list[str] = []
     self.r: dict[UOp, Any] = {}          # a scalar's register, or a tuple of lane registers
     self.closers: dict[UOp, list[str]] = {}  # what an END/ENDIF emits, set by its opener
+    self.addresses: list[dict] = [{}]    # per open block: (pointer register, offset) -> the address computed in it
     self.params = self._params()
     self.async_loads = {u.src[1] for u in self.uops if u.op is Ops.STORE and isinstance(u.arg, tuple) and u.arg[:1] == (ASYNC,)}
     self.shared_offsets, self.shared_bytes = shared_layout(self.uops)  # LOCAL buffers in dynamic shared memory, if they need it
@@ -135,7 +136,9 @@ class _Kernel:
   def render(self) -> str:
     self.check()
     for u in self.uops:
+      if u.op in (Ops.END, Ops.ENDIF) and len(self.addresses) > 1: self.addresses.pop()
       if u.op not in _NO_CODE: _RENDERERS[u.op](self, u)
+      if u.op in (Ops.RANGE, Ops.IF, Ops.SPECIAL): self.addresses.append({})
     decls = [f"  .reg {_CLASSES[c][1]} {_CLASSES[c][0]}<{n}>;" for c, n in self.counts.items() if n]
     params = ",\n".join(f"  .param {'.u64' if p.kind == 'buffer' else '.s64'} {self.param_name(i)}" for i, p in enumerate(self.params))
     return "\n".join([f".visible .entry {self.name}(", params, ")", "{", *decls, *self.arrays, *self.lines, "  ret;", "}", ""])

@@ -91,6 +91,21 @@ def _buffer(k: _Kernel, u: UOp) -> None:
 _SPACE = {AddrSpace.GLOBAL: "global", AddrSpace.LOCAL: "shared", AddrSpace.REG: "local"}
 
 
+@dataclass(frozen=True)
+class _Address:
+  """An INDEX into GLOBAL/LOCAL memory: a 64-bit address register and a constant byte displacement,
+  accessed as `[reg+disp]`. Offsets of the form ADD(base, CONST c) (uopc.stages.address_offsets) share
+  the register of `base`, computed once per block; c goes into the displacement."""
+  reg: str
+  disp: int = 0
+
+
+def _register(k: _Kernel, addr) -> str:
+  """An address as one register (an INDEX whose pointer is itself an INDEX)."""
+  if not isinstance(addr, _Address): return addr
+  return k.op1("add.s64", dtypes.uint64, addr.reg, str(addr.disp)) if addr.disp else addr.reg
+
+
 def _index(k: _Kernel, u: UOp) -> None:
   if len(u.src) != 2 or not isinstance(u.src[0].dtype, PtrDType): raise k.fail(u, "INDEX must be INDEX(pointer, offset)")
   base, off = k.r[u.src[0]], u.src[1]
@@ -98,14 +113,22 @@ def _index(k: _Kernel, u: UOp) -> None:
   if isinstance(base, _RegArray):
     k.r[u] = _RegSlot(base, int(off.arg))
     return
+  base, disp = _register(k, base), 0
+  if off.op is Ops.ADD and off.src[1].op is Ops.CONST: off, disp = off.src[0], int(off.src[1].arg) * size
   if off.op is Ops.CONST:
-    k.r[u] = k.op1("add.s64", dtypes.uint64, base, str(int(off.arg) * size))
+    k.r[u] = _Address(base, disp + int(off.arg) * size)
     return
+  if (reg := next((d[(base, off)] for d in k.addresses if (base, off) in d), None)) is None:
+    reg = k.addresses[-1][(base, off)] = _scaled(k, base, off, size)
+  k.r[u] = _Address(reg, disp)
+
+
+def _scaled(k: _Kernel, base: str, off: UOp, size: int) -> str:
+  """base + off * size in a 64-bit register."""
   if off.dtype in (dtypes.int32, dtypes.uint32):  # a 32-bit offset (uopc.stages.index_width): widened by the multiply-add
-    k.r[u] = k.op1(f"mad.wide.{int_type(off.dtype)}", dtypes.uint64, k.r[off], str(size), base)
-    return
+    return k.op1(f"mad.wide.{int_type(off.dtype)}", dtypes.uint64, k.r[off], str(size), base)
   wide = k.r[off] if reg_class(off.dtype) == "b64" else k.op1(f"cvt.{int_type(off.dtype)[0]}64.{int_type(off.dtype)}", dtypes.int64, k.r[off])
-  k.r[u] = k.op1("mad.lo.s64", dtypes.uint64, wide, str(size), base)
+  return k.op1("mad.lo.s64", dtypes.uint64, wide, str(size), base)
 
 
 def _access(k: _Kernel, u: UOp, value_dt: DType) -> tuple[str, str, str | None]:
@@ -118,7 +141,9 @@ def _access(k: _Kernel, u: UOp, value_dt: DType) -> tuple[str, str, str | None]:
   return _SPACE[idx.dtype.addrspace], k.r[idx], (k.r[gate] if gate is not None else None)
 
 
-def _address(reg: str, offset: int) -> str: return f"[{reg}+{offset}]" if offset else f"[{reg}]"
+def _address(addr: _Address, offset: int) -> str:
+  disp = addr.disp + offset
+  return f"[{addr.reg}+{disp}]" if disp else f"[{addr.reg}]"
 
 
 def _vector_width(dt: DType) -> int:
@@ -221,5 +246,5 @@ def _atomic_add(k: _Kernel, u: UOp) -> None:
   if value.dtype not in _ATOMIC_TYPES: raise k.fail(u, f"ATOMICADD of {value.dtype} is not supported by the PTX renderer")
   space, addr, _ = _access(k, u, value.dtype)
   old = k.new(value.dtype)
-  k.emit(f"atom.{space}.add.{_ATOMIC_TYPES[value.dtype]} {old}, [{addr}], {k.r[value]}")
+  k.emit(f"atom.{space}.add.{_ATOMIC_TYPES[value.dtype]} {old}, {_address(addr, 0)}, {k.r[value]}")
   k.r[u] = old
