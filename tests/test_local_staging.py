@@ -7,6 +7,8 @@ both layouts of each input; kernels the analysis cannot stage (left unchanged, o
 STAGE is pinned); the heuristic that picks it; the tuner's space; and ptxas for sm_80 and sm_90."""
 from __future__ import annotations
 
+import io
+
 import numpy as np
 import pytest
 
@@ -21,6 +23,8 @@ from uopc.diagnostics import CompileError
 from uopc.driver import BuildOptions, build
 from uopc.dtype import AddrSpace
 from uopc.ops import Ops
+from uopc.frontend import parse_source
+from uopc.pipeline import PrintOptions, compile_module
 from uopc.run import run_file
 from uopc.stages.local_staging import stage_reduction
 from uopc.stages.optimize import OptOp, apply_opts, format_axes, heuristic_opts, optimize, parse_opts, parse_schedule, target_caps, type_axes
@@ -143,9 +147,9 @@ def test_each_layout_of_the_inputs(tmp_path, monkeypatch, a_t, b_t):
 
 def test_a_transposed_output_swaps_the_roles(tmp_path, monkeypatch):
   """c stored N x M: m is the contiguous output axis, so the heuristics' n role (16 threads, runs of 4)
-  goes to m; a is still read down its columns (transposed: 4 lines of 128 + 4) and b along its rows, as
-  a box of 8 rows of 32 (k and n's two runs: rows of 128 bytes), whose 64 16-byte copies leave the
-  other 64 threads copying into slack."""
+  goes to m; a is still read down its columns (transposed: 8 lines of 128 + 4, K depth 8) and b along its
+  rows, as a box of 16 rows of 32 (k and n's two runs: rows of 128 bytes), 128 16-byte copies: one a
+  thread."""
   m, k, n = 128, 32, 64
   f = Func("gct")
   a, b, c = f.param("a", (m, k)), f.param("b", (k, n)), f.param("c", (n, m), out=True)
@@ -154,8 +158,8 @@ def test_a_transposed_output_swaps_the_roles(tmp_path, monkeypatch):
   a2, b2, c2 = big.param("a", (2048, 256)), big.param("b", (256, 1024)), big.param("c", (1024, 2048), out=True)
   big.store(c2, big.permute(big.matmul(a2, b2, 2048, 256, 1024), (1, 0)))
   axes, opts = _heuristic(big)
-  assert axes == "g16 u2 l8 u4 g16 u2 l16 u4 R64 r4" and opts.endswith(",STAGE(2)")
-  assert sorted(t.dtype.size // 2 for t in _locals(_staged(f, opts))) == [8 * 32 + 64 * 4, 4 * 132]
+  assert axes == "g16 u2 l8 u4 g16 u2 l16 u4 R32 r8" and opts.endswith(",STAGE(2)")
+  assert sorted(t.dtype.size // 2 for t in _locals(_staged(f, opts))) == [16 * 32, 8 * 132]
   x = _inputs(m, k, n)
   got = _same_as_unstaged(tmp_path, monkeypatch, f, x, opts)
   _check_gemm(np.ascontiguousarray(got.reshape(n, m).T), x["a"], x["b"])
@@ -264,7 +268,11 @@ def _heuristic(f: Func) -> tuple[str, str]:
 
 def test_the_heuristics_stage_large_float32_gemms_only():
   axes, opts = _heuristic(gemm(2048, 2048, 2048))
-  assert (axes, opts) == ("g32 u2 l8 u4 g16 u2 l16 u4 R512 r4", STAGED.replace("SPLIT(2,8,r)", "SPLIT(2,4,r)") + ",STAGE(2)")
+  assert (axes, opts) == ("g32 u2 l8 u4 g16 u2 l16 u4 R256 r8", STAGED + ",STAGE(2)")  # K depth 8: a product's two roundings
+  for flags in ({"fp_contract": True}, {"fast_math": True}):  # fused multiply-adds need the registers: K depth 4
+    out = io.StringIO()
+    compile_module(parse_source(gemm(2048, 2048, 2048).text(), "t.uop"), "cuda", "t", PrintOptions(after=frozenset({"optimize"}), out=out), **flags)
+    assert f"# opts: {STAGED.replace('SPLIT(2,8,r)', 'SPLIT(2,4,r)')},STAGE(2)" in out.getvalue().splitlines()
   assert _heuristic(gemm_t(2048, 512, 1024, True, True))[1].endswith(",STAGE(2)")   # 256 workgroups, both inputs transposed
   assert "STAGE" not in _heuristic(gemm(1024, 1024, 1024))[1]     # 128 workgroups: fewer than the GPU's SMs x 2
   assert "STAGE" not in _heuristic(gemm(2000, 2048, 2000))[1]     # not a multiple of the 64 x 128 tile

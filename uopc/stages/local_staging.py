@@ -9,7 +9,7 @@ from there; the analysis is uopc.stages.tc_staging's (the tensor cores' staging)
 
 - staged inputs: global buffers that the kernel only reads, ungated, inside its one REDUCE axis k, at
   addresses that depend on k and miss some LOCAL axis (so several threads read each value);
-- the tile: an address is a linear form over atoms (tc_staging._linear), split into a block part
+- the tile: an address is a linear form over atoms (uopc.symbolic.linear_form), split into a block part
   (GLOBAL and REDUCE ranges: one value per workgroup and iteration) and a thread part (LOCAL ranges and
   the UPCAST/UNROLL lanes: Optimize stages before Expand, so an input is still one scalar LOAD inside
   its lanes); the thread part's offsets over every thread and lane must fill a dense R x C box of row
@@ -245,9 +245,10 @@ def stage_opt(sink: UOp, opt: Opt, caps: TargetCaps, trace: Trace | None) -> UOp
 STAGED_THREADS = (8, 16)   # a staged gemm's workgroup: threads along m and along n (n innermost: lidx0) ...
 STAGED_RUN = 4             # ... each computing 2 x 2 runs of 4 outputs (one 16-byte vector), the two runs of an
 STAGED_RUNS = 2            # axis STAGED_RUN x threads apart: a quarter warp's 16-byte LOCAL reads are contiguous
-STAGED_K = 4               # reduction elements an iteration stages (the tiles' depth: 1 + 2 KiB a stage); ptxas gives
-                           # it 126 registers, 4 workgroups of 128 an SM (8: 141, 167 with fma). On the H100, gemm 2048:
-                           # 0.714 ms (8: 0.660) with two roundings, 0.487 ms (8: 0.696) with --fp-contract=fast
+STAGED_K = (8, 4)          # reduction elements an iteration stages (the tiles' depth: 2 + 4 KiB a stage, 1 + 2 at 4), with
+                           # a product's two roundings (mul + add) / fused into one fma: ptxas gives depth 4 126 registers,
+                           # 4 workgroups of 128 an SM (8: 141, 167 with fma). On the H100, gemm 2048: 0.697-0.714 ms at depth
+                           # 4, 0.649-0.660 at 8 with two roundings; 0.464-0.487 at 4, 0.651-0.696 at 8 with fma
 STAGED_MIN_WORKGROUPS = 256  # the staged schedule only where it leaves this many workgroups (2048 x 2048: 512)
 STAGED_STAGES = 2          # tiles in flight (H100, gemm 2048, one run: 2 stages 0.688 ms, 3 0.712-0.725; --fp-contract=fast
                            # 0.485 against 0.507)
@@ -280,9 +281,10 @@ def staged_gemm(plan: _Planner) -> bool:
   if plan.caps.name != "cuda" or plan.opts or (shape := _gemm_axes(plan)) is None: return False
   m, n, k = shape
   tile = {m: STAGED_THREADS[0] * STAGED_RUN * STAGED_RUNS, n: STAGED_THREADS[1] * STAGED_RUN * STAGED_RUNS}
-  if any(plan.size(i) % t for i, t in tile.items()) or plan.size(k) % STAGED_K or plan.size(k) < 2 * STAGED_K: return False
+  depth = STAGED_K[plan.caps.fused_products]
+  if any(plan.size(i) % t for i, t in tile.items()) or plan.size(k) % depth or plan.size(k) < 2 * depth: return False
   if math.prod(plan.size(i) for i in plan.axes(AxisType.GLOBAL)) // (tile[m] * tile[n]) < STAGED_MIN_WORKGROUPS: return False
-  splits = {k: [(STAGED_K, AxisType.UNROLL)]}
+  splits = {k: [(depth, AxisType.UNROLL)]}
   for i, threads in ((m, STAGED_THREADS[0]), (n, STAGED_THREADS[1])):  # axis -> (outer, runs, threads, run)
     splits[i] = [(STAGED_RUN, AxisType.UPCAST), (threads, AxisType.LOCAL), (STAGED_RUNS, AxisType.UPCAST)]
   trial = _Planner(plan.sink, plan.caps)
