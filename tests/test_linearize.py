@@ -245,16 +245,20 @@ def test_interleave_leaves_kernels_with_gated_loads_alone():
 def test_a_small_gpu_launch_or_a_small_register_tile_is_interleaved_a_large_tile_in_a_large_launch_not():
   """-t cuda: a launch of at most GPU_ILP_THREADS threads leaves warp slots empty, so loads go ahead of
   their uses (step 4's order), gated ones too; so they do in a larger launch whose threads keep few
-  registers; a large launch of large register tiles keeps the source order."""
+  registers (fewer where loads are gated); a large launch of large register tiles keeps the source order."""
   from uopc.stages.linearize import GPU_ILP_ACCS, GPU_ILP_THREADS, launch_threads
-  small, _ = _two_chains(gated=True, threads=GPU_ILP_THREADS, registers=4 * GPU_ILP_ACCS)
-  lean, _ = _two_chains(gated=True, threads=GPU_ILP_THREADS * 2, registers=GPU_ILP_ACCS)
-  tiled, _ = _two_chains(gated=True, threads=GPU_ILP_THREADS * 2, registers=GPU_ILP_ACCS + 1)
+  plain, gated = GPU_ILP_ACCS
+  small, _ = _two_chains(gated=True, threads=GPU_ILP_THREADS, registers=4 * plain)
   assert launch_threads(small) == GPU_ILP_THREADS
   blocks_at(linearize(small, gpu=True))
   assert _mul_positions(linearize(small, gpu=True)) == [0, 1, 0, 1, 0, 1, 0, 1]
-  assert _mul_positions(linearize(lean, gpu=True)) == [0, 1, 0, 1, 0, 1, 0, 1]
-  assert _mul_positions(linearize(tiled, gpu=True)) == [0, 0, 0, 0, 1, 1, 1, 1]
+  for is_gated, accs in ((True, gated), (False, plain)):
+    lean, _ = _two_chains(gated=is_gated, threads=GPU_ILP_THREADS * 2, registers=accs)
+    tiled, _ = _two_chains(gated=is_gated, threads=GPU_ILP_THREADS * 2, registers=accs + 1)
+    assert _mul_positions(linearize(lean, gpu=True)) == [0, 1, 0, 1, 0, 1, 0, 1]
+    assert _mul_positions(linearize(tiled, gpu=True)) == [0, 0, 0, 0, 1, 1, 1, 1]
+  assert gated < plain  # a gated tile of `plain` elements in a large launch keeps its order
+  assert _mul_positions(linearize(_two_chains(gated=True, threads=GPU_ILP_THREADS * 2, registers=plain)[0], gpu=True)) == [0, 0, 0, 0, 1, 1, 1, 1]
 
 
 def test_a_gpu_kernel_with_asynchronous_copies_keeps_its_order():
