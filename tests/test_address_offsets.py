@@ -107,3 +107,18 @@ def test_split_kernels_compute_what_the_c_target_does_in_the_emulator(model):
   want = run_file(path, target="c", seed=2).arrays
   got = run_file(path, target="cuda", inputs={k: v for k, v in want.items() if k != "out"}, emulated=True).arrays
   np.testing.assert_allclose(got["out"], want["out"], rtol=1e-5, atol=2e-4)  # sums of 576 products in another order
+
+
+def test_other_targets_read_each_window_element_once():
+  """-t c (every target but cuda) rewrites only gated loads: conv3x3 with a row of 4 outputs a thread
+  and the 3 taps of kx unrolled reads 4 + 3 - 1 = 6 elements of x an iteration, not 4 x 3."""
+  import io
+  from uopc.frontend import parse_source
+  from uopc.pipeline import PrintOptions, compile_module
+  from uopc.stages.optimize import parse_schedule
+  path = MODELS / "conv3x3.uop"
+  schedule = parse_schedule(["conv3x3__conv3x3_k0:SPLIT(2,4,u),SPLIT(0,32,u),SPLIT(7,3,r),SPLIT(0,2,t,top)"])
+  out = io.StringIO()
+  compile_module(parse_source(path.read_text(), str(path)), "c", "conv3x3", PrintOptions(after=frozenset({"isel"}), out=out), schedule, vector_bytes=64)
+  gated = [line for line in out.getvalue().splitlines() if re.search(r"= LOAD\(%\d+, %\d+, %\d+\)", line)]
+  assert len(gated) == 6

@@ -46,7 +46,7 @@ class Capabilities:
   int_division: bool = True    # has a hardware integer divider; without one IDIV/MOD by constants are lowered
   fused_mulacc: bool = False   # renders MULACC {"fused"}: formed for ints, for floats under --fast-math or --fp-contract=fast
   index32: bool = False        # index arithmetic whose values fit in int32 is done in 32 bits (uopc.stages.index_width)
-  displacement: bool = False   # loads/stores take base + constant addresses (uopc.stages.address_offsets)
+  displacement: bool = False   # every load/store offset as base + constant (uopc.stages.address_offsets; else gated loads' only)
 
   def renders(self, op: Ops, dt: DType, fast_math: bool) -> bool:
     tables = (self.native, self.approximate) if fast_math else (self.native,)
@@ -291,5 +291,5 @@ def isel(sink: UOp, caps: Capabilities, fast_math: bool = False, contract: bool 
   """`sink` with every op that `caps` lacks lowered into ops it has; with `contract` (or `fast_math`) a
   float ADD(MUL(a, b), c) becomes one fused multiply-add where the target has one."""
   out = graph_rewrite(sink, ISEL_RULES, bottom_up=True, ctx=IselContext(caps, fast_math, contract))
-  if caps.displacement: out = split_offsets(out)
+  out = split_offsets(out, every_offset=caps.displacement)
   return narrow_index(out) if caps.index32 else out
