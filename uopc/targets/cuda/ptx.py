@@ -81,10 +81,16 @@ class _Kernel:
     self.arrays: list[str] = []
     self.r: dict[UOp, Any] = {}          # a scalar's register, or a tuple of lane registers
     self.closers: dict[UOp, list[str]] = {}  # what an END/ENDIF emits, set by its opener
-    self.addresses: list[dict] = [{}]    # per open block: (pointer register, offset) -> the address computed in it
+    self.addresses: list[tuple[UOp | None, dict]] = [(None, {})]  # per open block (its opener): (pointer register,
+                                         # offset) -> the address computed in it, valid until the block closes
     self.params = self._params()
     self.async_loads = {u.src[1] for u in self.uops if u.op is Ops.STORE and isinstance(u.arg, tuple) and u.arg[:1] == (ASYNC,)}
     self.shared_offsets, self.shared_bytes = shared_layout(self.uops)  # LOCAL buffers in dynamic shared memory, if they need it
+
+  def _close_block(self, opener: UOp) -> None:
+    """Forget the addresses computed inside `opener`'s block (and any block still open inside it)."""
+    if any(o is opener for o, _ in self.addresses):
+      while self.addresses.pop()[0] is not opener: pass
 
   # ---- registers, labels, diagnostics ----------------------------------------------------------------
   def reg(self, cls: str) -> str:
@@ -136,9 +142,9 @@ class _Kernel:
   def render(self) -> str:
     self.check()
     for u in self.uops:
-      if u.op in (Ops.END, Ops.ENDIF) and len(self.addresses) > 1: self.addresses.pop()
+      if u.op in (Ops.END, Ops.ENDIF): self._close_block(u.src[1] if u.op is Ops.END else u.src[0])
       if u.op not in _NO_CODE: _RENDERERS[u.op](self, u)
-      if u.op in (Ops.RANGE, Ops.IF, Ops.SPECIAL): self.addresses.append({})
+      if u.op in (Ops.RANGE, Ops.IF, Ops.SPECIAL): self.addresses.append((u, {}))
     decls = [f"  .reg {_CLASSES[c][1]} {_CLASSES[c][0]}<{n}>;" for c, n in self.counts.items() if n]
     params = ",\n".join(f"  .param {'.u64' if p.kind == 'buffer' else '.s64'} {self.param_name(i)}" for i, p in enumerate(self.params))
     return "\n".join([f".visible .entry {self.name}(", params, ")", "{", *decls, *self.arrays, *self.lines, "  ret;", "}", ""])

@@ -118,8 +118,8 @@ def _index(k: _Kernel, u: UOp) -> None:
   if off.op is Ops.CONST:
     k.r[u] = _Address(base, disp + int(off.arg) * size)
     return
-  if (reg := next((d[(base, off)] for d in k.addresses if (base, off) in d), None)) is None:
-    reg = k.addresses[-1][(base, off)] = _scaled(k, base, off, size)
+  if (reg := next((d[(base, off)] for _, d in k.addresses if (base, off) in d), None)) is None:
+    reg = k.addresses[-1][1][(base, off)] = _scaled(k, base, off, size)
   k.r[u] = _Address(reg, disp)
 
 
