@@ -122,3 +122,10 @@ def test_other_targets_read_each_window_element_once():
   compile_module(parse_source(path.read_text(), str(path)), "c", "conv3x3", PrintOptions(after=frozenset({"isel"}), out=out), schedule, vector_bytes=64)
   gated = [line for line in out.getvalue().splitlines() if re.search(r"= LOAD\(%\d+, %\d+, %\d+\)", line)]
   assert len(gated) == 6
+
+
+def test_a_stack_of_vectors_is_read_lane_by_lane_across_its_sources():
+  t = thread(7)
+  two = UOp(Ops.ADD, idx.vec(2), (vec(t, t), vec(c(4), c(5))))
+  cat = UOp(Ops.STACK, idx.vec(3), (c(9).alu(Ops.ADD, t), two))
+  assert [canonical_offset(lane(cat, i), 4).src[1].arg for i in range(3)] == [9, 4, 5]

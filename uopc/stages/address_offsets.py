@@ -65,13 +65,21 @@ def _lane(e: UOp, i: int, memo: dict) -> UOp:
   opened; anything else stays a GEP of it."""
   if (e, i) in memo: return memo[(e, i)]
   if e.dtype.count == 1: out = e
-  elif e.op is Ops.STACK: out = _lane(e.src[i], 0, memo) if e.src[i].dtype.count > 1 else e.src[i]
+  elif e.op is Ops.STACK: out = _stack_lane(e, i, memo)
   elif e.op is Ops.GEP: out = _lane(e.src[0], e.arg[i], memo)
   elif e.op is Ops.CONST: out = UOp.const(e.dtype.scalar, e.arg[i] if isinstance(e.arg, tuple) else e.arg)
   elif e.op in _LANEWISE: out = UOp(e.op, e.dtype.scalar, tuple(_lane(s, i, memo) for s in e.src), e.arg)
   else: out = UOp(Ops.GEP, e.dtype.scalar, (e,), (i,))
   memo[(e, i)] = out
   return out
+
+
+def _stack_lane(e: UOp, i: int, memo: dict) -> UOp:
+  """Lane i of a STACK, whose sources may be vectors themselves (lanes counted across them)."""
+  for s in e.src:
+    if i < s.dtype.count: return _lane(s, i, memo)
+    i -= s.dtype.count
+  raise ValueError(f"lane {i} past a STACK of {e.dtype}")
 
 
 def _scalar(off: UOp, memo: dict) -> UOp:
