@@ -14,7 +14,9 @@ off as the peer); then gemm 2048 again with pinned opts (GEMM_VARIANTS: the stag
 previous heuristics' tile, 2 stages, 128 x 128 workgroups, and --fp-contract=fast / --fast-math, whose fma
 halves the float32 instructions);
 `--hgemm-opts OPTS` (repeatable) also times the float16 gemm 4096 with OPTS pinned on
-its kernel (e.g. 'TC(2,-1,4,7)'), `--hgemm-only` times only that gemm (heuristics and pins); each with torch's
+its kernel (e.g. 'TC(2,-1,4,7)'), `--hgemm-only` times only that gemm (heuristics and pins); `--gemm-opts`
+and `--gemm-only` do the same for the float32 gemm 2048, `--conv-opts` and `--conv-only` for the batched
+convolution; each with torch's
 time and rate for the same computation, and bandwidths also as a share of the measured copy bandwidth
 and of the peak the driver reports (memory clock x bus width). Each time is the median of several
 runs between CUDA events; what cannot run is printed as skipped.
@@ -293,6 +295,17 @@ GEMM_VARIANTS = [  # (opts of gemm 2048's kernel, build flags, label); the heuri
 ]
 
 
+def bench_gemm_pins(gpu: Driver, timer: Timer, out_dir: pathlib.Path, pins: list[str | None]) -> None:
+  """The float32 gemm 2048 tensor program with each of `pins` as its kernel's opts (None: the heuristics')."""
+  from bench.workloads import gemms
+  rng = np.random.default_rng(3)
+  for opts in pins:
+    try:
+      bench_tensor_program(gpu, timer, out_dir, gemms([2048])[0], _torch_gemm(None), rng, {}, opts, None, opts or "tensor program")
+    except Exception as e:  # noqa: BLE001
+      print(f"gemm 2048 ({opts}): FAILED: {type(e).__name__}: {str(e)[:300]}")
+
+
 def _torch_gemm(flags: dict | None):
   """torch's a @ b, with TF32 where the variant allows it (restored after each call)."""
   tf32 = bool(flags and flags.get("allow_tf32"))
@@ -312,6 +325,8 @@ def main() -> None:
   parser.add_argument("--hgemm-only", action="store_true", help="time only the f16 gemm 4096 (heuristics, then each --hgemm-opts)")
   parser.add_argument("--conv-opts", action="append", default=[], metavar="OPTS", help="also time the batched convolution with OPTS pinned")
   parser.add_argument("--conv-only", action="store_true", help="time only the batched convolution (heuristics, then each --conv-opts)")
+  parser.add_argument("--gemm-opts", action="append", default=[], metavar="OPTS", help="also time the float32 gemm 2048 with OPTS pinned")
+  parser.add_argument("--gemm-only", action="store_true", help="time only the float32 gemm 2048 (heuristics, then each --gemm-opts)")
   args = parser.parse_args()
   try:
     gpu = Driver()
@@ -325,6 +340,9 @@ def main() -> None:
     return
   if args.conv_only:
     for opts in (None, *args.conv_opts): bench_batched_conv(gpu, timer, out_dir, opts)
+    return
+  if args.gemm_only:
+    bench_gemm_pins(gpu, timer, out_dir, [None, *args.gemm_opts])
     return
   bandwidths = {"copy": bench_add(gpu, timer, out_dir), "peak": peak_gbs(gpu)}
   print(f"DRAM peak from the driver (memory clock x bus width): {bandwidths['peak']:.1f} GB/s")
@@ -352,6 +370,7 @@ def main() -> None:
     print(f"conv3x3 batch 32: FAILED: {type(e).__name__}: {str(e)[:300]}")
   if args.hgemm_opts: bench_hgemm_pins(gpu, timer, out_dir, args.hgemm_opts)
   for opts in args.conv_opts: bench_batched_conv(gpu, timer, out_dir, opts)
+  if args.gemm_opts: bench_gemm_pins(gpu, timer, out_dir, args.gemm_opts)
 
 
 def bench_hgemm_pins(gpu: Driver, timer: Timer, out_dir: pathlib.Path, pins: list[str | None]) -> None:
