@@ -13,6 +13,7 @@ A failure names the program, its text and both results; shrinking is off (a batc
 import ctypes
 import io
 import os
+import signal
 import tempfile
 from pathlib import Path
 
@@ -68,6 +69,31 @@ def _check(prog: Program, how: str, arrays: dict) -> None:
   assert all(_same(arrays[k], v) for k, v in prog.outputs.items()), _mismatch(prog, how, arrays, prog.text())
 
 
+def in_child(fn) -> str | None:
+  """Run fn() in a forked child process: None if it returned, else its exception or the signal that
+  killed it, so that a crash in a compiled library (SIGFPE, SIGSEGV) is reported with its program instead
+  of taking the test worker down."""
+  if not hasattr(os, "fork"):
+    fn()
+    return None
+  r, w = os.pipe()
+  pid = os.fork()
+  if pid == 0:  # the child: only ctypes and numpy, then _exit (no pytest teardown, no atexit)
+    os.close(r)
+    try:
+      fn()
+      msg = b""
+    except BaseException as e:  # noqa: BLE001 - everything goes back to the parent
+      msg = f"{type(e).__name__}: {e}".encode() or b"error"
+    os.write(w, msg)
+    os._exit(0)
+  os.close(w)
+  with os.fdopen(r, "rb") as f: data = f.read()
+  _, status = os.waitpid(pid, 0)
+  if os.WIFSIGNALED(status): return f"the library was killed by signal {signal.Signals(os.WTERMSIG(status)).name}"
+  return data.decode(errors="replace") or None
+
+
 def run_batch(progs: list[Program], base: Path) -> None:
   """Build and run one batch in a fresh folder under `base` (pytest's tmp_path: hypothesis calls this once an
   example), removed afterwards."""
@@ -79,11 +105,14 @@ def run_batch(progs: list[Program], base: Path) -> None:
     assert not [d for d in verify_module(module) if d.severity == "error"], "the generator made an invalid program"
     args = {p.name: entry_arguments(module.entry(p.name)) for p in progs}
     for target in (t for t in NATIVE if t in TARGETS):
-      lib = ctypes.CDLL(str(build_library(path, target, Path(tmp) / target)))
-      for p in progs:
-        arrays = _arrays(p)
-        call_entry(lib, "prog", p.name, args[p.name], arrays, {})
-        _check(p, f"-t {target}", arrays)
+      so = build_library(path, target, Path(tmp) / target)
+      def native(so=so, target=target):
+        lib = ctypes.CDLL(str(so))
+        for p in progs:
+          arrays = _arrays(p)
+          call_entry(lib, "prog", p.name, args[p.name], arrays, {})
+          _check(p, f"-t {target}", arrays)
+      if (problem := in_child(native)) is not None: pytest.fail(f"-t {target}: {problem}\n{path.read_text()}")
     for target in TARGETS:
       for p in progs:
         arrays = _arrays(p)
@@ -92,6 +121,14 @@ def run_batch(progs: list[Program], base: Path) -> None:
         except CompileError as e:
           pytest.fail(f"-t {target} --emulate: program {p.name} faulted\n{e.format()}\n{p.text()}")
         _check(p, f"-t {target} --emulate", arrays)
+
+
+def test_a_crash_or_an_assertion_in_the_child_comes_back_as_text():
+  def boom(): raise AssertionError("lanes differ")
+  assert in_child(lambda: None) is None
+  assert in_child(boom) == "AssertionError: lanes differ"
+  if hasattr(os, "fork"):
+    assert in_child(lambda: os.kill(os.getpid(), signal.SIGFPE)) == "the library was killed by signal SIGFPE"
 
 
 def test_the_targets_under_test():
