@@ -11,6 +11,7 @@ UOPC_FUZZ_BATCHES sets the batches per shard and UOPC_FUZZ_SEED the base seed ("
 A failure names the program, its text and both results; shrinking is off (a batch is large).
 """
 import ctypes
+import faulthandler
 import io
 import os
 import signal
@@ -80,6 +81,7 @@ def in_child(fn) -> str | None:
   pid = os.fork()
   if pid == 0:  # the child: only ctypes and numpy, then _exit (no pytest teardown, no atexit)
     os.close(r)
+    faulthandler.disable()  # a crash is the parent's to report, not a traceback on the run's stderr
     try:
       fn()
       msg = b""
