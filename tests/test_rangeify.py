@@ -513,3 +513,33 @@ def test_a_one_hot_sum_is_a_gather(dt):
   np.testing.assert_array_equal(got, want)
   if dt is f32: assert not np.signbit(got[5, 1])
   check(embedding_program(6, 3, 6, dt))
+
+
+@pytest.mark.parametrize("target", ["c", "llvm"])
+def test_a_gathered_division_divides_by_one_where_the_index_is_out_of_range(tmp_path, target):
+  """sum over r of WHERE(r == idx, x // y, 0) (a one-hot pick of a quotient): the gather reads y with
+  fill 0 where idx is out of range, and x // 0 is undefined (the fuzz saw SIGFPE and clang's ud2): the
+  divisor is 1 there, the result still 0. Run natively in a forked child, which a trap cannot take down."""
+  from test_differential import in_child
+  from uopc.run import run_file
+  text = ('func q {\n  %x = PARAM([2, 4]) {(0, "x")} : i64\n  %y = PARAM([2, 4]) {(1, "y")} : i64\n'
+          '  %idx = PARAM([2]) {(2, "idx")} : i32\n  %d = IDIV(%x, %y)\n  %ar = CONST {1} : i32\n'
+          '  %a1 = RESHAPE(%ar, [1])\n  %a2 = EXPAND(%a1, [2])\n  %a3 = PAD(%a2, [1], [3])\n  %a4 = RESHAPE(%a3, [1, 3])\n'
+          '  %a5 = EXPAND(%a4, [3, 3])\n  %a6 = RESHAPE(%a5, [9])\n  %a7 = SHRINK(%a6, [0], [8])\n  %a8 = RESHAPE(%a7, [2, 4])\n'
+          '  %a9 = SHRINK(%a8, [0, 0], [2, 2])\n  %a10 = REDUCE(%a9) {(ADD, (0,))}\n  %a11 = RESHAPE(%a10, [2])\n'
+          '  %a12 = ADD(%a11, -1)\n  %a13 = RESHAPE(%a12, [2, 1])\n  %i1 = RESHAPE(%idx, [1, 1, 2])\n'
+          '  %i2 = EXPAND(%i1, [2, 4, 2])\n  %i3 = PERMUTE(%i2) {(2, 0, 1)}\n  %c1 = CMPNE(%i3, %a13)\n  %c2 = CMPNE(%c1, True)\n'
+          '  %d1 = RESHAPE(%d, [1, 2, 4])\n  %w = WHERE(%c2, %d1, 0)\n  %p = PERMUTE(%w) {(1, 0, 2)}\n'
+          '  %s = REDUCE(%p) {(ADD, (0,))}\n  %r = RESHAPE(%s, [2, 4])\n  %out = PARAM([2, 4]) {(3, "out")} : i64\n'
+          '  STORE(%out, %r)\n}\n')
+  (tmp_path / "q.uop").write_text(text)
+  x, y = np.array([[3, 6, -2, 9], [13, 14, 0, 6]], np.int64), np.array([[17, 8, -17, 15], [10, 4, 9, -7]], np.int64)
+  idx = np.array([3, -2], np.int32)  # both out of range: every output row is 0
+  def run():
+    got = run_file(tmp_path / "q.uop", target=target, inputs={"x": x, "y": y, "idx": idx}).arrays["out"]
+    np.testing.assert_array_equal(got, np.zeros((2, 4), np.int64))
+  assert in_child(run) is None
+  inside = np.array([1, 0], np.int32)
+  want = np.stack([np.trunc(x[i] / y[i]).astype(np.int64) for i in inside])
+  got = run_file(tmp_path / "q.uop", target=target, inputs={"x": x, "y": y, "idx": inside}).arrays["out"]
+  np.testing.assert_array_equal(got, want)

@@ -12,7 +12,8 @@ the body (simplified) at r. It answers, or None where no rule applies:
 
 - ADD of WHERE(f(r) == e, x(r), 0) (a one-hot mask: tinygrad's embedding and `one_hot`), f linear in
   r with coefficient +-1 (through CASTs of the index, as arange is) and e free of r: the gather
-  x(r*) of the one r* that matches, with every load of x gated by 0 <= r* < size (0 where none).
+  x(r*) of the one r* that matches, with every load of x gated by 0 <= r* < size (0 where none), and
+  every integer division in x dividing by 1 where that gate is false (not by the loads' fill 0).
 
 Every answer equals the loop's result exactly: integer sums wrap the same way as the multiplication,
 and float sums are collapsed only when every partial sum is an exactly representable integer (a
@@ -148,13 +149,29 @@ def _gated_loads(x: UOp, gate: UOp) -> UOp:
   return done[x]
 
 
+_DIVISIONS = (Ops.IDIV, Ops.MOD, Ops.FLOORDIV, Ops.FLOORMOD)
+
+
+def _safe_divisors(x: UOp, gate: UOp) -> UOp:
+  """x with every integer division's divisor 1 where `gate` is false: there the gated loads read 0, and
+  a division by zero is undefined (its value is discarded, but computing it may trap: SIGFPE, or the
+  C compiler's ud2 where it proves the divisor 0)."""
+  done: dict[UOp, UOp] = {}
+  for u in x.toposort():
+    new = u.replace(src=tuple(done[s] for s in u.src)) if u.src else u
+    if new.op in _DIVISIONS and new.src[1].op is not Ops.CONST:
+      new = new.replace(src=(new.src[0], gate.alu(Ops.WHERE, new.src[1], UOp.const(new.src[1].dtype, 1))))
+    done[u] = new
+  return done[x]
+
+
 def _gather(value: UOp, r: UOp, size: int) -> UOp | None:
   """ADD over r of WHERE(f(r) == e, x(r), 0): x(r*) where 0 <= r* < size, else 0 (see the docstring)."""
   cond, x, z = value.src
   if not (z.op is Ops.CONST and z.arg == 0) or (at := _match(cond, r)) is None: return None
   at = simplify(at)
   inside = _i(-1).alu(Ops.CMPLT, at).alu(Ops.AND, at.alu(Ops.CMPLT, _i(size)))
-  picked = _gated_loads(substitute(x, {r: at}), inside)
+  picked = _safe_divisors(_gated_loads(substitute(x, {r: at}), inside), inside)
   if x.dtype.is_float(): picked = picked.alu(Ops.ADD, UOp.const(x.dtype, 0.0))  # as the loop: 0.0 + -0.0 is 0.0
   return inside.alu(Ops.WHERE, picked, UOp.const(x.dtype, 0))
 
