@@ -360,3 +360,26 @@ def test_elementwise_transcendentals_get_eight_registers_of_lanes():
       kernel = next(iter(kernels_of(program, caps).values()))
       lanes = [o.arg[0] for o in heuristic_opts(kernel, caps) if o.op is OptOp.SPLIT and o.arg[1] is AxisType.UPCAST]
       assert lanes == [registers * caps.vector_width], (caps.vector_width, program)
+
+
+@pytest.mark.parametrize("target", ["c", "llvm"])
+def test_padto_divides_by_one_in_masked_iterations(tmp_path, target):
+  """The sum of x // y over 1001 elements, its reduce axis padded to 1008: the masked iterations read x
+  and y as 0 (gated loads), so they add 0 // 1 = 0, not 0 // 0 (undefined: it traps on a CPU). Run
+  natively in a forked child."""
+  from test_differential import in_child
+  from uopc.run import call_entry, entry_arguments
+  from uopc.frontend import load_module
+  text = ('func q {\n  %x = PARAM([1001]) {(0, "x")} : i32\n  %y = PARAM([1001]) {(1, "y")} : i32\n  %d = IDIV(%x, %y)\n'
+          '  %s = REDUCE(%d) {(ADD, (0,))}\n  %out = PARAM([1]) {(2, "out")} : i32\n  STORE(%out, %s)\n}\n')
+  (tmp_path / "q.uop").write_text(text)
+  options = BuildOptions(target, tmp_path / "b", ("so", "header"), name="prog", schedule=parse_schedule(["prog__q_k0:PADTO(0,8)"]),
+                         opt_level=0)  # -O0: the division is not sunk into the gated accumulator update, as -O3 does
+  so = next(p for p in build(tmp_path / "q.uop", options) if p.suffix == ".so")
+  rng = np.random.default_rng(0)
+  x, y = rng.integers(-1000, 1000, 1001).astype(np.int32), rng.choice([-7, -3, -1, 1, 2, 5, 9], 1001).astype(np.int32)
+  def run():
+    arrays = {"x": x, "y": y, "out": np.zeros(1, np.int32)}
+    call_entry(ctypes.CDLL(str(so)), "prog", "q", entry_arguments(load_module(str(tmp_path / "q.uop")).entry("q")), arrays, {})
+    assert int(arrays["out"][0]) == int(np.trunc(x / y).astype(np.int32).sum())
+  assert in_child(run) is None

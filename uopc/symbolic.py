@@ -159,6 +159,18 @@ def _one_sign(*rngs: tuple[int, int]) -> bool:
   return all(r[0] >= 0 for r in rngs) or all(r[1] <= 0 for r in rngs)
 
 
+INT_DIVISIONS = frozenset({Ops.IDIV, Ops.MOD, Ops.FLOORDIV, Ops.FLOORMOD})
+
+
+def divide_where(div: UOp, valid: UOp) -> UOp:
+  """An integer division (INT_DIVISIONS) that divides by 1 where `valid` is false: under a gate whose
+  loads read 0 there (a masked iteration, an out-of-range gather) the quotient is discarded, but dividing
+  by zero is undefined and traps on CPUs (SIGFPE, or a C compiler's ud2 where it proves the divisor 0)."""
+  d = div.src[1]
+  if d.op is Ops.CONST: return div
+  return div.replace(src=(div.src[0], valid.alu(Ops.WHERE, d, UOp.const(d.dtype, 1))))
+
+
 def linear_form(e: UOp) -> dict[UOp | None, int]:
   """e as sum(coefficient * atom) + constant ({atom: coefficient}, the constant under None): ADDs and MULs
   by constants are opened, anything else is an atom. Exact for integers (no wrap-around assumed away:

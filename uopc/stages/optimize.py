@@ -71,7 +71,7 @@ from uopc.ops import AxisType, Ops
 from uopc.stages.opts import TC_AUTO_STAGES, Opt, OptOp, parse_opts, parse_schedule  # noqa: F401 (the opts' home; re-exported)
 from uopc.stages.tensor_cores import CUDA_TENSOR_CORES, TF32_TENSOR_CORE, TensorCore
 from uopc.stages.accumulators import accumulator_first
-from uopc.symbolic import simplify
+from uopc.symbolic import INT_DIVISIONS, divide_where, simplify
 from uopc.uop import UOp
 
 if TYPE_CHECKING: from uopc.targets import Target
@@ -488,7 +488,8 @@ def _padto(sink: UOp, r: UOp, size: int, m: Any, trace: Trace | None) -> UOp:
 def _gate_inside(sink: UOp, r: UOp, valid: UOp, trace: Trace | None) -> UOp:
   """Every STORE inside r also gated by `valid`, and every LOAD of a global buffer (it reads 0 then,
   and never out of bounds). Loads of REG/LOCAL buffers stay as they are: their addresses do not grow
-  with r, and what they read in a masked iteration is never stored."""
+  with r, and what they read in a masked iteration is never stored. An integer division inside r
+  divides by 1 where `valid` is false (a masked load's 0 would be a division by zero)."""
   scope = scopes(sink)
   memo: dict[UOp, UOp] = {}
   for u in sink.toposort():
@@ -499,6 +500,7 @@ def _gate_inside(sink: UOp, r: UOp, valid: UOp, trace: Trace | None) -> UOp:
       elif len(src) == 3: src = (src[0], src[1], src[2].alu(Ops.AND, valid))
       else: src = (src[0], UOp.const(u.dtype, False if u.dtype.is_bool() else 0.0 if u.dtype.is_float() else 0), valid)
     memo[u] = u if src == u.src else u.replace(src=src)
+    if u.op in INT_DIVISIONS and r in scope[u]: memo[u] = divide_where(memo[u], valid)  # not by a masked load's 0
     note(trace, u, memo[u])
   return memo[sink]
 

@@ -24,7 +24,7 @@ from __future__ import annotations
 from uopc.dtype import DType, dtype_range, dtypes
 from uopc.ops import Ops
 from uopc.rewrite import substitute
-from uopc.symbolic import simplify
+from uopc.symbolic import INT_DIVISIONS, divide_where, simplify
 from uopc.uop import UOp
 
 _MANTISSA = {dtypes.float16: 11, dtypes.bfloat16: 8, dtypes.float32: 24, dtypes.float64: 53}
@@ -149,19 +149,13 @@ def _gated_loads(x: UOp, gate: UOp) -> UOp:
   return done[x]
 
 
-_DIVISIONS = (Ops.IDIV, Ops.MOD, Ops.FLOORDIV, Ops.FLOORMOD)
-
-
 def _safe_divisors(x: UOp, gate: UOp) -> UOp:
-  """x with every integer division's divisor 1 where `gate` is false: there the gated loads read 0, and
-  a division by zero is undefined (its value is discarded, but computing it may trap: SIGFPE, or the
-  C compiler's ud2 where it proves the divisor 0)."""
+  """x with every integer division's divisor 1 where `gate` is false (uopc.symbolic.divide_where): there
+  the gated loads read 0."""
   done: dict[UOp, UOp] = {}
   for u in x.toposort():
     new = u.replace(src=tuple(done[s] for s in u.src)) if u.src else u
-    if new.op in _DIVISIONS and new.src[1].op is not Ops.CONST:
-      new = new.replace(src=(new.src[0], gate.alu(Ops.WHERE, new.src[1], UOp.const(new.src[1].dtype, 1))))
-    done[u] = new
+    done[u] = divide_where(new, gate) if new.op in INT_DIVISIONS else new
   return done[x]
 
 
