@@ -28,7 +28,7 @@ from math import prod
 
 import numpy as np
 from hypothesis import strategies as st
-from ml_dtypes import bfloat16
+from ml_dtypes import bfloat16, finfo as ml_finfo
 
 NP = {"bool": np.bool_, "i8": np.int8, "u8": np.uint8, "i32": np.int32, "u32": np.uint32, "i64": np.int64,
       "f16": np.float16, "bf16": bfloat16, "f32": np.float32, "f64": np.float64}
@@ -106,6 +106,28 @@ def cast(x: np.ndarray, src: str, dst: str) -> np.ndarray:
   if is_float(dst): return to_float(x.astype(np.float64) if src == "bf16" else x, dst)
   if is_float(src): return np.trunc(x.astype(np.float64)).astype(NP[dst])
   return x.astype(NP[dst])
+
+
+_MANTISSA = {"f16": 11, "bf16": 8, "f32": 24, "f64": 53}
+
+
+def order_free_products(x: np.ndarray, axes: tuple[int, ...], dt: str) -> bool:
+  """Does every order of a float MUL reduction of x over `axes` give the same result? It does where every
+  partial product is exact in dt: each group's nonzero factors' full product has a significand that fits
+  (a subset's odd part divides the whole's) and the products of its large and of its small factors stay
+  in dt's normal range (every subset's magnitude lies between them). A GPU schedule multiplies a group's
+  partials in another order than row-major (its reductions are grouped), which is allowed."""
+  info = ml_finfo(NP[dt]) if dt == "bf16" else np.finfo(NP[dt])
+  groups = np.moveaxis(np.asarray(x, np.float64), axes, tuple(range(-len(axes), 0))).reshape(-1, prod(x.shape[a] for a in axes))
+  for g in groups:
+    if not np.all(np.isfinite(g)): return False
+    f = [Fraction(float(v)) for v in g if v != 0]
+    if prod(abs(q) for q in f if abs(q) > 1) > Fraction(float(info.max)): return False
+    if prod(abs(q) for q in f if abs(q) < 1) < Fraction(float(info.tiny)): return False
+    n = abs(prod(q.numerator for q in f))
+    while n and n % 2 == 0: n //= 2
+    if n.bit_length() > _MANTISSA[dt]: return False
+  return True
 
 
 def reduce(op: str, dt: str, x: np.ndarray, axes: tuple[int, ...]) -> np.ndarray:
@@ -324,6 +346,7 @@ class _Builder:
     if v is None: return
     op = self.draw(st.sampled_from(("ADD", "MAX", "MUL")))
     axes = tuple(sorted(self.draw(st.sets(st.integers(0, v.value.ndim - 1), min_size=1))))
+    if op == "MUL" and is_float(v.dt) and not order_free_products(v.value, axes, v.dt): op = "MAX"
     text = "(" + ", ".join(map(str, axes)) + ("," if len(axes) == 1 else "") + ")"
     self.emit(f"REDUCE({v.name}) {{({op}, {text})}}", v.dt, reduce(op, v.dt, v.value, axes))
 
