@@ -380,3 +380,30 @@ def test_under_allow_tf32_float32_outputs_agree_to_tf32s_error():
   data = SimpleNamespace(written=lambda: [SimpleNamespace(name="out", dtype=dtypes.float32)])
   assert mismatch({"out": ref}, {"out": got}, data) is not None
   assert mismatch({"out": ref}, {"out": got}, data, tf32=True) is None
+
+
+def test_variants_revise_one_of_the_heuristics_opts_at_a_time(tmp_path):
+  """The search's variants of the heuristics' opts H (uopc.tune.space.variants): each is H with one opt
+  replaced by another of the same OptOp on the same axis, the later opts kept where they still apply (else
+  dropped); a float16 gemm's TC staging and tile, its first opt, are among them, and each variant's kernel
+  is the one its opts make when pinned (what a database entry rebuilds)."""
+  sys.path.insert(0, str(ROOT / "tests"))
+  from test_tensor_cores import gemm_relu
+  from uopc.stages.optimize import apply_opts, heuristic_opts, target_caps, type_axes
+  from uopc.tune.space import variants
+  k = kernels_of(program(tmp_path, gemm_relu(1024, 64, 1024, "f16").text(), "g.uop"), "cuda", "sm_90")[0]
+  caps = target_caps("cuda", None, ("sm_80", "sm_90"))
+  typed = type_axes(k.sink, caps)
+  h = heuristic_opts(typed, caps)
+  assert [str(o) for o in h] == ["TC(2,-1)", "SPLIT(1,4,l)"], h
+  prefixes = [apply_opts(typed, h[:j], caps, k.name) for j in range(len(h) + 1)]
+  found = variants(prefixes, h, caps)
+  assert found and len({o for o, _ in found}) == len(found)
+  for opts, sink in found:
+    j = next(i for i, (a, b) in enumerate(zip(opts, h)) if a != b)
+    assert opts[j].op is h[j].op and opts[j].axis == h[j].axis and opts[:j] == h[:j]
+    assert opts[j + 1:] in (h[j + 1:], ())
+    assert sink == apply_opts(typed, opts, caps, k.name)
+  texts = {",".join(map(str, o)) for o, _ in found}
+  assert {"TC(2,-1,4),SPLIT(1,4,l)", "TC(2,-1,2),SPLIT(1,4,l)", "TC(2,-1,4,6)"} <= texts, texts  # staging; a tile that sets the warps itself
+  assert any(t.startswith("TC(2,-1),SPLIT(1,") and t != "TC(2,-1),SPLIT(1,4,l)" for t in texts), texts

@@ -3,7 +3,9 @@
 Per kernel (uopc.tune.kernels: the kernels after Rangeify, one search per key):
 1. The heuristics' opts H are built and measured first: their output is the reference every other
    candidate must reproduce (uopc.tune.measure.mismatch), and their time the one to beat. Then the
-   prefixes of H (H without its last opts), so the search can undo the heuristics' later choices.
+   prefixes of H (H without its last opts), so the search can undo the heuristics' later choices, and
+   H's variants (uopc.tune.space.variants: one opt of H replaced by another of its kind on its axis, so
+   it can revise an early choice such as TC's staging), in a shuffled order (below).
 2. A round: the children (uopc.tune.space) of each of the `beam` fastest kernels measured so far,
    those not seen before (kernels compare as IR: two opt lists that make one kernel are one
    candidate), in an order shuffled by a seed from the kernel's key (deterministic, and not biased
@@ -36,7 +38,7 @@ from uopc.tune.compile import Builder, Job
 from uopc.tune.kernels import Kernel, key_arch, load_checked, numeric_modes, program_kernels
 from uopc.tune.measure import KernelData, Measurement, NotTunable, kernel_data, mismatch
 from uopc.tune.progress import Progress
-from uopc.tune.space import MAX_LANES, SPACE_VERSION, children, lanes
+from uopc.tune.space import MAX_LANES, SPACE_VERSION, children, lanes, variants
 from uopc.uop import UOp
 
 TUNABLE_TARGETS = ("c", "llvm", "cuda")
@@ -181,6 +183,10 @@ class _Search:
       self.report.reason = f"the heuristic kernel did not build or run: {self.report.reason}"
       return self.report
     self._evaluate(states[1:])
+    prefixes = [sink for _, sink in reversed(states)]  # prefixes[j]: the kernel of the heuristic's first j opts
+    alternatives = variants(prefixes, self.heuristic, self.ctx.caps, self.max_lanes)
+    self.rng.shuffle(alternatives)
+    self._evaluate(alternatives)
     best = self._best_time()
     while time.monotonic() < self.deadline and (kids := self._children()):
       self.rng.shuffle(kids)

@@ -12,7 +12,11 @@ seed 000's table that `apply_opt` accepts on S:
   (BIG_TILE_STAGES: more than 48 KiB, dynamic shared memory, where the target's archs give it); STAGE(2)
   and STAGE(3) on -t cuda without TC (the re-read inputs staged in shared memory,
   uopc.stages.local_staging: the last opt, so a staged kernel has no children).
-A child whose vector lanes (the product of its UPCAST, UNROLL and CPU GROUP_REDUCE sizes) exceed
+Besides children, the search tries the heuristics' opts with one of them replaced (`variants`): by another
+action of the same OptOp on the same axis (another factor or type of a SPLIT, another staging or tile
+of TC, ...), the opts after it applied again, or none of them where one no longer applies (a TC
+tile that sets the workgroup's warps itself takes no further LOCAL splits). Adding opts alone cannot find these: a TC's staging is its first opt, and the kernel without
+its later opts is too slow to stay in the beam. A child or variant whose vector lanes (the product of its UPCAST, UNROLL and CPU GROUP_REDUCE sizes) exceed
 MAX_LANES (or the heuristics' own, when larger) is left out: its code size costs compile time for
 nothing.
 
@@ -28,7 +32,7 @@ from uopc.stages.optimize import (Opt, OptError, OptOp, TargetCaps, apply_opt, a
 from uopc.stages.opts import STAGE_COUNTS, TC_AUTO_STAGES, TC_STAGE_COUNTS, TC_TILES
 from uopc.uop import UOp
 
-SPACE_VERSION = 5
+SPACE_VERSION = 6
 UPCASTS = (2, 3, 4, 8, 16)
 UNROLLS = (2, 4, 8, 16)
 CPU_GROUPS = (4, 8, 16, 32)
@@ -93,4 +97,30 @@ def children(sink: UOp, opts: tuple[Opt, ...], caps: TargetCaps, max_lanes: int 
     except (OptError, CompileError):
       continue
     if lanes(new, caps) <= max_lanes: out.append((opts + (opt,), new))
+  return out
+
+
+def _extend(sink: UOp, done: tuple[Opt, ...], more: tuple[Opt, ...], caps: TargetCaps) -> UOp:
+  """`sink` (made by `done`) with each opt of `more` applied in turn (OptError/CompileError if one does not apply)."""
+  for opt in more:
+    sink = apply_opt(sink, opt, caps, first=not done, nolocals=any(o.op is OptOp.NOLOCALS for o in done))
+    done += (opt,)
+  return sink
+
+
+def variants(prefixes: list[UOp], opts: tuple[Opt, ...], caps: TargetCaps, max_lanes: int = MAX_LANES) -> list[tuple[tuple[Opt, ...], UOp]]:
+  """(opts with opts[j] replaced, the kernel they make) for each j and each other action of opts[j]'s OptOp
+  on its axis that applies after opts[:j], followed by opts[j + 1:] where they still apply, else alone
+  (module docstring); `prefixes[j]` is the kernel opts[:j] make."""
+  out = []
+  for j, o in enumerate(opts):
+    for alt in actions(prefixes[j], opts[:j], caps):
+      if alt.op is not o.op or alt.axis != o.axis or alt == o: continue
+      for rest in (opts[j + 1:], ()):  # the opts after it again, else none of them
+        try:
+          new = _extend(prefixes[j], opts[:j], (alt,) + rest, caps)
+        except (OptError, CompileError):
+          continue
+        if lanes(new, caps) <= max_lanes: out.append((opts[:j] + (alt,) + rest, new))
+        break
   return out
