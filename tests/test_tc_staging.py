@@ -120,6 +120,20 @@ def test_large_gemms_get_64x64_warp_tiles_and_2x2_warps():
   assert [u.arg for u in sink.toposort() if u.op is Ops.BARRIER] == [(ASYNC, 1)]
 
 
+@pytest.mark.parametrize("archs, stages", [((), 4), (("sm_86",), 3)])
+def test_long_reductions_get_4_stages_where_two_workgroups_still_fit(archs, stages):
+  """The default archs (sm_80, sm_90: 163 KiB a workgroup at least) take 4 stages of the 128 x 128 tiles'
+  16 KiB (64 KiB, dynamic shared memory), half of what the least arch gives; sm_86's 99 KiB does not hold
+  two such workgroups, so the 3 stages that fit the static 48 KiB stay."""
+  from uopc.stages.optimize import target_caps
+  caps = target_caps("cuda", None, archs)
+  kernel = next(iter(kernels_of(gemm_relu(2048, 256, 2048, "f16").text(), caps).values()))
+  sink = optimize(kernel, "k", caps).sink
+  assert [u.arg for u in sink.toposort() if u.op is Ops.BARRIER] == [(ASYNC, stages - 2)]
+  local = [u.dtype.size for u in sink.toposort() if u.op is Ops.BUFFER and u.dtype.addrspace is AddrSpace.LOCAL]
+  assert sum(local) * 2 == stages * 16 * 1024, local
+
+
 def test_emulator_reports_reads_of_copies_not_waited_for(tmp_path, monkeypatch):
   """The same kernel with its wait leaving every copy in flight: the emulator refuses the fragment reads."""
   import uopc.stages.tc_staging as tc_staging

@@ -47,7 +47,8 @@ OptOps (seed 000's table), composed left to right, each checked before it applie
   lane loads its fragments of a and b and the reduction accumulates WMMA ops; the epilogue f runs
   once per accumulator element. Then (`uopc.stages.tc_staging`) the workgroup stages each iteration's
   tiles of a and b in LOCAL memory and the lanes read their fragments from there, in as many stages as
-  fit 48 KiB, unless the third argument pins their number (`TC(axis, tc, stages)`: 0 for fragments straight
+  fit 48 KiB (4 where they fit half of the target's `local_bytes`: two workgroups a multiprocessor),
+  unless the third argument pins their number (`TC(axis, tc, stages)`: 0 for fragments straight
   from global memory, 2, 3 or 4, within the target's `local_bytes`) or NOLOCALS; the fourth pins the warp tile,
   and for tiles 6..8 the warps of a workgroup (`uopc.stages.opts.TC_TILES`, else chosen by the gemm's size). TC must
   be the first opt; after it, axes may still be split into LOCAL (more warps per workgroup) or padded,
