@@ -543,3 +543,29 @@ def test_a_gathered_division_divides_by_one_where_the_index_is_out_of_range(tmp_
   want = np.stack([np.trunc(x[i] / y[i]).astype(np.int64) for i in inside])
   got = run_file(tmp_path / "q.uop", target=target, inputs={"x": x, "y": y, "idx": inside}).arrays["out"]
   np.testing.assert_array_equal(got, want)
+
+
+@pytest.mark.parametrize("target, emulated", [("c", False), ("llvm", False), ("cuda", True)])
+def test_a_gathered_softmax_sums_once_per_gather_not_once_per_index(tmp_path, target, emulated):
+  """out = softmax(x, 0)[idx] (the random-seed fuzz's program, tinygrad's methods): the one-hot gather
+  gated every load of the gathered expression, the softmax's reductions over x too, which made them
+  depend on the loop over idx; their accumulators' initial stores, tied to no loop, stayed outside it,
+  so the sum of exponentials grew by one softmax per index (outputs divided by 1, 2, 3). Only what
+  depends on the gathered row is gated now: the reductions are computed once, before that loop."""
+  from uopc.run import run_file
+  text = ('func g {\n  %x = PARAM([5, 1]) {(0, "x")} : f32\n  %idx = PARAM([3]) {(1, "idx")} : i32\n'
+          '  %mx = REDUCE(%x) {(MAX, (0,))}\n  %neg = MUL(%mx, -1.0)\n  %d = ADD(%x, %neg)\n'
+          '  %l = MUL(%d, 1.4426950408889634)\n  %e = EXP2(%l)\n  %s = REDUCE(%e) {(ADD, (0,))}\n  %rs = RECIP(%s)\n'
+          '  %sm = MUL(%e, %rs)\n' + _one_hot_rows("%sm", "%idx", 5, 3, "o") +
+          '  %out = PARAM([3, 1]) {(2, "out")} : f32\n  STORE(%out, %o)\n}\n')
+  (tmp_path / "g.uop").write_text(text)
+  x = np.array([[0.384], [0.536], [-1.584], [1.011], [-0.760]], np.float32)
+  idx = np.array([0, 1, 3], np.int32)
+  got = run_file(tmp_path / "g.uop", target=target, inputs={"x": x, "idx": idx}, emulated=emulated).arrays["out"]
+  e = np.exp(x.astype(np.float64) - x.max())
+  np.testing.assert_allclose(got, (e / e.sum())[idx], rtol=1e-5)
+  from click.testing import CliRunner
+  from uopc.cli import cli
+  shown = CliRunner().invoke(cli, ["build", str(tmp_path / "g.uop"), "-t", "c", "-o", str(tmp_path / "b"), "--print-after", "rangeify"])
+  x_loads = [ln for ln in shown.output.splitlines() if "LOAD(" in ln]
+  assert x_loads and sum(ln.count(",") == 2 for ln in x_loads) == 1, shown.output  # a gate on the gathered row's load only

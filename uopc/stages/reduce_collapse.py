@@ -12,8 +12,9 @@ the body (simplified) at r. It answers, or None where no rule applies:
 
 - ADD of WHERE(f(r) == e, x(r), 0) (a one-hot mask: tinygrad's embedding and `one_hot`), f linear in
   r with coefficient +-1 (through CASTs of the index, as arange is) and e free of r: the gather
-  x(r*) of the one r* that matches, with every load of x gated by 0 <= r* < size (0 where none), and
-  every integer division in x dividing by 1 where that gate is false (not by the loads' fill 0).
+  x(r*) of the one r* that matches, with every load of x that depends on r gated by 0 <= r* < size (0
+  where none), and every integer division in x that depends on r dividing by 1 where that gate is false
+  (not by the loads' fill 0); the rest of x, independent of r, unchanged.
 
 Every answer equals the loop's result exactly: integer sums wrap the same way as the multiplication,
 and float sums are collapsed only when every partial sum is an exactly representable integer (a
@@ -23,7 +24,6 @@ from __future__ import annotations
 
 from uopc.dtype import DType, dtype_range, dtypes
 from uopc.ops import Ops
-from uopc.rewrite import substitute
 from uopc.symbolic import INT_DIVISIONS, divide_where, simplify
 from uopc.uop import UOp
 
@@ -135,27 +135,24 @@ def _match(cond: UOp, r: UOp) -> UOp | None:
   return diff if lin[0] == 1 else diff.alu(Ops.MUL, _i(-1))
 
 
-def _gated_loads(x: UOp, gate: UOp) -> UOp:
-  """x with every LOAD gated by `gate` too (reading the fill 0 where it is false), those in another load's
-  address or gate included (a gather of a gather: the inner index is a load, out of bounds where the
-  outer index is)."""
+def _picked(x: UOp, r: UOp, at: UOp, gate: UOp) -> UOp:
+  """x at r = `at`, with every LOAD that depends on r gated by `gate` too (reading the fill 0 where it is
+  false; those in another load's address or gate included: a gather of a gather, whose inner index is a
+  load, out of bounds where the outer index is), and every integer division that depends on r dividing
+  by 1 where `gate` is false (uopc.symbolic.divide_where: there the gated loads read 0). What does not
+  depend on r is left as it is: a reduction in x independent of r (a softmax's sums, gathered) stays
+  independent of the gather's index, so it is not drawn into the loop that computes that index (its
+  accumulator's initial store, tied to no loop, would then be outside it: summed once per iteration)."""
   def gated(ld: UOp) -> UOp:
     if len(ld.src) == 3: return ld.replace(src=(ld.src[0], ld.src[1], ld.src[2].alu(Ops.AND, gate)))
     return ld.replace(src=(ld.src[0], UOp.const(ld.dtype, 0), gate))
   done: dict[UOp, UOp] = {}
   for u in x.toposort():
+    if u is r: done[u] = at; continue  # noqa: E702
     new = u.replace(src=tuple(done[s] for s in u.src)) if u.src else u
-    done[u] = gated(new) if u.op is Ops.LOAD else new
-  return done[x]
-
-
-def _safe_divisors(x: UOp, gate: UOp) -> UOp:
-  """x with every integer division's divisor 1 where `gate` is false (uopc.symbolic.divide_where): there
-  the gated loads read 0."""
-  done: dict[UOp, UOp] = {}
-  for u in x.toposort():
-    new = u.replace(src=tuple(done[s] for s in u.src)) if u.src else u
-    done[u] = divide_where(new, gate) if new.op in INT_DIVISIONS else new
+    if new is not u and u.op is Ops.LOAD: new = gated(new)  # changed: it depends on r
+    elif new is not u and u.op in INT_DIVISIONS: new = divide_where(new, gate)
+    done[u] = new
   return done[x]
 
 
@@ -165,7 +162,7 @@ def _gather(value: UOp, r: UOp, size: int) -> UOp | None:
   if not (z.op is Ops.CONST and z.arg == 0) or (at := _match(cond, r)) is None: return None
   at = simplify(at)
   inside = _i(-1).alu(Ops.CMPLT, at).alu(Ops.AND, at.alu(Ops.CMPLT, _i(size)))
-  picked = _safe_divisors(_gated_loads(substitute(x, {r: at}), inside), inside)
+  picked = _picked(x, r, at, inside)
   if x.dtype.is_float(): picked = picked.alu(Ops.ADD, UOp.const(x.dtype, 0.0))  # as the loop: 0.0 + -0.0 is 0.0
   return inside.alu(Ops.WHERE, picked, UOp.const(x.dtype, 0))
 
