@@ -353,7 +353,7 @@ def export_cmd(target, inputs, output, name, weights, var_specs, constants, max_
 
 
 _TUNE_HELP = """Search each kernel of FILE for faster opts than the heuristics' (BEAM search over the OptOps of
-`--opts`, from the heuristics' choice) and record them in the tuning database DB.json, which
+`--opts`, from the heuristics' choice and its variants with one opt replaced) and record them in the tuning database DB.json, which
 `uopc build --tuning DB.json` then uses on any machine, with no device.
 
 Candidates are built in parallel (-j, default every core), then timed one at a time on the device:
