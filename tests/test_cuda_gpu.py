@@ -81,6 +81,12 @@ class Driver:
 
   def free(self, ptr: int) -> None: self.check(self.cu.cuMemFree_v2(ctypes.c_uint64(ptr)), "cuMemFree")
 
+  def compute_capability(self) -> tuple[int, int]:
+    major, minor = ctypes.c_int(), ctypes.c_int()
+    for out, attr in ((major, 75), (minor, 76)):  # CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR / _MINOR
+      self.check(self.cu.cuDeviceGetAttribute(ctypes.byref(out), attr, 0), "cuDeviceGetAttribute")
+    return major.value, minor.value
+
 
 @pytest.fixture(scope="module")
 def gpu():

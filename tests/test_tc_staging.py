@@ -148,17 +148,23 @@ def test_emulator_reports_reads_of_copies_not_waited_for(tmp_path, monkeypatch):
 
 
 @pytest.mark.parametrize("cols", [8, 16, 32, 64, 128, 256, 24])
-def test_tile_layout_is_a_bijection_and_8_rows_of_a_chunk_hit_8_bank_groups(cols):
+@pytest.mark.parametrize("panels", [False, True])
+def test_tile_layout_is_a_bijection_and_8_rows_of_a_chunk_hit_8_bank_groups(cols, panels):
+  """Swizzled rows fill the tile densely; with panels (warpgroup MMAs) rows past 128 bytes are cut into
+  128-byte panels stored one after the other, each 8 rows of a panel one 1024-byte block."""
   from uopc.dtype import dtypes
   from uopc.ops import AxisType
   from uopc.stages.tc_staging import _Layout, _value
   from uopc.uop import UOp
-  lay, rows = _Layout(cols, 8, 2), 16
+  rows = 16
+  lay = _Layout(rows, cols, 8, 2, panels)
   r, c = (UOp(Ops.RANGE, dtypes.index, (UOp.const(dtypes.index, n),), (i, AxisType.LOOP)) for i, n in enumerate((rows, cols)))
   at = lay.at(r, c)
   places = {(i, j): _value(at, {r: i, c: j}) for i in range(rows) for j in range(cols)}
-  assert sorted(places.values()) == [i * lay.pitch + j for i in range(rows) for j in range(cols)] if lay.swizzled else len(set(places.values())) == rows * cols
-  assert lay.swizzled == (cols != 24)
+  assert sorted(places.values()) == list(range(rows * cols)) if lay.swizzled else len(set(places.values())) == rows * cols
+  assert lay.swizzled == (cols != 24) and lay.panels == (panels and cols > 64 and lay.swizzled)
+  if lay.panels:
+    assert all(places[(i, j)] // (64 * 8) == (j // 64) * rows // 8 + i // 8 for (i, j) in places)
   for r0 in range(rows - 7 if lay.swizzled else 0):
     for j in range(0, cols, 8):  # 16-byte chunks of f16: bank group = (byte address // 16) % 8
       assert len({places[(r0 + i, j)] * 2 // 16 % 8 for i in range(8)}) == 8

@@ -87,8 +87,8 @@ def test_tc_refusals_say_why(f, opts, caps, message):
   assert message in e.value.diagnostics[0].message, e.value.diagnostics[0].message
 
 
-@pytest.mark.parametrize("text, message", [("TC(2,0,5)", "stages must be 0"), ("TC(2,0,1,9)", "tile must be -1 (chosen by size) or 0..8"),
-                                           ("TC(2,0,1,9)", "7 = 4 x 8 (2 x 4 warps)"),
+@pytest.mark.parametrize("text, message", [("TC(2,0,5)", "stages must be 0"), ("TC(2,0,1,10)", "tile must be -1 (chosen by size) or 0..9"),
+                                           ("TC(2,0,1,10)", "9 = 2 x 16 (4 x 1 warps, a warpgroup)"),
                                            ("TC(2,0,1,1,1)", "expected TC(axis[, tc[, stages[, tile]]])")])
 def test_tc_arguments_parse(text, message):
   with pytest.raises(CompileError, match=re.escape(message)):

@@ -92,6 +92,7 @@ class TargetCaps:
   max_local: int = 256         # threads of a workgroup
   local_bytes: int = 48 * 1024  # LOCAL (shared) memory a workgroup may use: what TC's pinned stages may fill
   fused_products: bool = False  # float ADD(MUL) becomes one multiply-add (--fp-contract=fast, --fast-math): half the instructions
+  warpgroup_mma: bool = False  # every arch of the build has warpgroup MMAs (sm_90a's wgmma): TC takes the warpgroup tile
 
 
 def target_caps(target: "str | Target", vector_bytes: int | None = None, archs: tuple[str, ...] = (), tf32: bool = False,
@@ -110,8 +111,9 @@ def target_caps(target: "str | Target", vector_bytes: int | None = None, archs: 
   if t.name == "llvm": return TargetCaps(t.name, gpu=False, threads=True, vector_width=4, aligned_vectors=False)
   local = min(map(t.local_bytes, archs or t.default_archs), default=TargetCaps.local_bytes) if t.local_bytes else TargetCaps.local_bytes
   tensor_cores = (CUDA_TENSOR_CORES + ((TF32_TENSOR_CORE,) if tf32 else ())) if t.name == "cuda" else ()
+  warpgroup = t.name == "cuda" and bool(archs) and all(a == "sm_90a" for a in archs)
   return TargetCaps(t.name, gpu=True, threads=False, vector_width=4, aligned_vectors=True, tensor_cores=tensor_cores, local_bytes=local,
-                    fused_products=contract)
+                    fused_products=contract, warpgroup_mma=warpgroup)
 
 
 # ---- axes ------------------------------------------------------------------------------------------------
@@ -535,7 +537,7 @@ def optimize(sink: UOp, kernel: str, caps: TargetCaps, pinned: tuple[Opt, ...] |
   stages = tc.arg[1] if tc is not None and len(tc.arg) > 1 else TC_AUTO_STAGES
   if caps.gpu and stages and not any(o.op is OptOp.NOLOCALS for o in opts):
     from uopc.stages.tc_staging import stage_operands  # it builds on this module's types
-    staged = stage_operands(sink, trace, None if stages == TC_AUTO_STAGES else stages, caps.local_bytes)
+    staged = stage_operands(sink, trace, None if stages == TC_AUTO_STAGES else stages, caps.local_bytes, caps.warpgroup_mma)
     if staged is sink and stages != TC_AUTO_STAGES:
       raise CompileError([error(None, f"kernel {kernel}: cannot apply {tc}: its operand tiles cannot be staged in {stages} stages "
                                       f"(they must fit {caps.local_bytes // 1024} KiB of LOCAL memory, the least of the build's archs, "

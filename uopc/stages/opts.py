@@ -22,13 +22,16 @@ STAGE_COUNTS = (2, 3)        # ... or exactly this many (uopc.stages.local_stagi
 # TC's tile argument: (tensor-core tiles per warp along m, along n, warps per workgroup along m, along n);
 # 1 x 1 warps: one warp a workgroup unless later SPLITs to LOCAL add some, more: TC makes those LOCAL axes
 TC_TILES = ((2, 4, 1, 1), (4, 8, 1, 1), (2, 2, 1, 1), (1, 2, 1, 1), (1, 1, 1, 1), (4, 4, 1, 1),
-            (4, 8, 2, 2), (4, 8, 2, 4), (4, 8, 4, 2))
+            (4, 8, 2, 2), (4, 8, 2, 4), (4, 8, 4, 2), (2, 16, 4, 1))
+# ... the last a warpgroup's tile: its 4 warps' rows interleave (warp w has rows 16 w + 64 i of tile row i), so
+# that each k step of its tiles is one warpgroup MMA (sm_90a wgmma m64n128k16; mma.sync elsewhere)
+WARPGROUP_TILE = len(TC_TILES) - 1
 
 
 def tile_name(i: int) -> str:
   """TC_TILES[i] as --help and errors show it: `4 x 8` or `4 x 8 (2 x 4 warps)`."""
   m, n, wm, wn = TC_TILES[i]
-  return f"{m} x {n}" + (f" ({wm} x {wn} warps)" if wm * wn > 1 else "")
+  return f"{m} x {n}" + (f" ({wm} x {wn} warps{', a warpgroup' if i == WARPGROUP_TILE else ''})" if wm * wn > 1 else "")
 
 
 class OptOp(enum.Enum):

@@ -83,7 +83,7 @@ class _Operand:
 
   def __init__(self, buf: UOp, loads: list[UOp]):
     self.buf, self.loads = buf, loads
-    self.forms = [linear_form(ld.src[0].src[1]) for ld in loads]
+    self.forms = [linear_form(simplify(ld.src[0].src[1])) for ld in loads]
 
 
 def _split(form: Form, kinds: dict[UOp, str]) -> tuple[Form, Form]:
@@ -92,9 +92,10 @@ def _split(form: Form, kinds: dict[UOp, str]) -> tuple[Form, Form]:
   return block, thread
 
 
-def _plan(op: _Operand, threads: list[UOp], thread_types: tuple = _THREAD) -> tuple | None:
+def _plan(op: _Operand, threads: list[UOp], thread_types: tuple = _THREAD, prefer=None) -> tuple | None:
   """(block form, S, R, C, V, [(row form, column form) per load]) for op's tile, or None. `threads`: the
-  ranges of `thread_types` to enumerate (uopc.stages.local_staging adds the UPCAST/UNROLL lanes)."""
+  ranges of `thread_types` to enumerate (uopc.stages.local_staging adds the UPCAST/UNROLL lanes); where
+  `prefer` accepts some of the tile's possible row strides' splits, only those are taken."""
   kinds: dict[UOp, str] = {}
   for form in op.forms:
     for a, c in form.items():
@@ -134,6 +135,7 @@ def _plan(op: _Operand, threads: list[UOp], thread_types: tuple = _THREAD) -> tu
     return rows, cols, splits
   boxes = [(s, b) for s in candidates if (b := box(s)) is not None]
   if not boxes: return None
+  if prefer is not None and (chosen := [x for x in boxes if prefer(x[1][2])]): boxes = chosen
   # rows of at least 128 bytes where there are such (whole bank lines: the pitch's pad spreads rows over
   # the banks), the shortest of those; else the longest rows
   wide = [x for x in boxes if x[1][1] * itemsize >= 128]
@@ -150,15 +152,26 @@ class _Layout:
   (`v` elements) in a power-of-two number are swizzled: chunk c of row r is stored at chunk c XOR f(r),
   f spreading any 8 consecutive rows over the 8 chunk positions of a 128-byte line, so that an ldmatrix
   (8 rows of one chunk) or a copy hits every bank once, with no padding. Other rows are padded by one
-  chunk (pitch cols + v) instead."""
+  chunk (pitch cols + v) instead. With `panels` (warpgroup MMAs), swizzled rows longer than 128 bytes are
+  cut into 128-byte panels, each panel's rows stored together: then every 8 rows of a panel are one of
+  wgmma's 128-byte swizzle atoms (and 8 rows of 64 or 32 bytes one of its 64- or 32-byte atoms)."""
 
-  def __init__(self, cols: int, v: int, itemsize: int):
-    chunks = cols // v
-    self.v, self.chunks = v, chunks
-    self.swizzled = v * itemsize == 16 and cols % v == 0 and chunks & (chunks - 1) == 0
-    self.pitch = cols if self.swizzled else cols + v
+  def __init__(self, rows: int, cols: int, v: int, itemsize: int, panels: bool = False):
+    self.v, self.rows, self.itemsize = v, rows, itemsize
+    self.swizzled = v * itemsize == 16 and cols % v == 0 and (cols // v) & (cols // v - 1) == 0
+    self.width = min(cols, 128 // itemsize) if panels and self.swizzled else cols  # the elements of a panel's row
+    self.chunks = self.width // v
+    self.pitch = self.width if self.swizzled else cols + v
+    self.size = rows * (cols if self.swizzled else self.pitch)  # elements of one stage
+    self.panels = self.swizzled and self.width < cols
 
   def at(self, row: UOp, col: UOp) -> UOp:
+    if self.panels:
+      panel, col = col.alu(Ops.IDIV, _idx(self.width)), col.alu(Ops.MOD, _idx(self.width))
+      return self._in_panel(row, col).alu(Ops.ADD, panel.alu(Ops.MUL, _idx(self.rows * self.width)))
+    return self._in_panel(row, col)
+
+  def _in_panel(self, row: UOp, col: UOp) -> UOp:
     line = row.alu(Ops.MUL, _idx(self.pitch))
     if not self.swizzled: return line.alu(Ops.ADD, col)
     f = row.alu(Ops.IDIV, _idx(max(1, 8 // self.chunks))).alu(Ops.MOD, _idx(min(8, self.chunks)))
@@ -190,6 +203,18 @@ def _lane_atoms(form: Form, lane: UOp) -> tuple[Form, int, int]:
     elif a is not None and lane in a.toposort(): return rest, -1, -1
     else: rest[a] = c
   return rest, g, t
+
+
+def _one_row_per_k(lane: UOp):
+  """For warpgroup MMAs: a tile split whose lanes' `lane // 4` (along M or N) steps 1 row or column and
+  `lane % 4` (pairs along K) 2, so that the tile's rows and columns are the operand's (not, say, rows
+  of half a K row each, which a contiguous operand also fills densely)."""
+  def ok(splits) -> bool:
+    for row, col, *_ in splits:
+      (_, rg, rt), (_, cg, ct) = _lane_atoms(row, lane), _lane_atoms(col, lane)
+      if sorted((rg, cg)) != [0, 1] or sorted((rt, ct)) != [0, 2] or (rg, rt) in ((1, 2), (0, 0)): return False
+    return True
+  return ok
 
 
 def _plus(form: Form, k: int) -> Form: return {**form, None: form.get(None, 0) + k}
@@ -246,11 +271,13 @@ def _fragment(stack: UOp, where: dict) -> UOp:
   return stack.replace(src=tuple(lanes))
 
 
-def stage_operands(sink: UOp, trace=None, stages: int | None = None, local_bytes: int = MAX_LOCAL_BYTES) -> UOp:
+def stage_operands(sink: UOp, trace=None, stages: int | None = None, local_bytes: int = MAX_LOCAL_BYTES, warpgroup: bool = False) -> UOp:
   """sink with its tensor-core operands staged in LOCAL tiles (module docstring), in `stages` stages
   within `local_bytes` (None: DEEP_STAGES within half of `local_bytes`, else the most of STAGES that fit
   MAX_LOCAL_BYTES); unchanged where not."""
-  if stages is None: options = [(DEEP_STAGES, local_bytes // 2)] + [(n, MAX_LOCAL_BYTES) for n in STAGES]
+  pinned = stages
+  if stages is None and warpgroup: options = [(n, local_bytes // 2) for n in (DEEP_STAGES, *STAGES)]
+  elif stages is None: options = [(DEEP_STAGES, local_bytes // 2)] + [(n, MAX_LOCAL_BYTES) for n in STAGES]
   else: options = [(stages, local_bytes)]
   wmmas = [u for u in sink.toposort() if u.op is Ops.WMMA]
   if not wmmas: return sink
@@ -270,7 +297,8 @@ def stage_operands(sink: UOp, trace=None, stages: int | None = None, local_bytes
   loads_of = {b: [u for u in sink.toposort() if u.op in (Ops.LOAD, Ops.STORE) and u.src and u.src[0].op is Ops.INDEX and u.src[0].src[0] is b]
               for b in frags}
   ops = [_Operand(b, lds) for b, lds in frags.items() if b.op is Ops.PARAM and len(loads_of[b]) == len(lds)]
-  plans = [(op, p) for op in ops if (p := _plan(op, threads)) is not None]
+  lane = next(r for r in threads if r.arg[1] is AxisType.WARP)
+  plans = [(op, p) for op in ops if (p := _plan(op, threads, prefer=_one_row_per_k(lane) if warpgroup else None)) is not None]
   if not plans: return sink
   end = next(u for u in sink.toposort() if u.op is Ops.END and u.src[1] is k)
   tid, count = _idx(0), 1
@@ -278,13 +306,13 @@ def stage_operands(sink: UOp, trace=None, stages: int | None = None, local_bytes
   tid = simplify(tid)
   slot = 1 + max((u.arg[0] for u in sink.toposort() if u.op is Ops.BUFFER and isinstance(u.arg, tuple)), default=-1)
   trips = k.src[0].arg
-  layouts = [_Layout(p[3], p[4], op.buf.dtype.base.itemsize) for op, p in plans]
-  tile_bytes = sum(p[2] * lay.pitch * op.buf.dtype.base.itemsize for (op, p), lay in zip(plans, layouts))
+  layouts = [_Layout(p[2], p[3], p[4], op.buf.dtype.base.itemsize, warpgroup) for op, p in plans]
+  tile_bytes = sum(lay.size * op.buf.dtype.base.itemsize for (op, p), lay in zip(plans, layouts))
   stages = next((n for n, budget in options if n * tile_bytes <= budget and n - 1 <= trips), 0)
   if not stages or any((p[2] * p[3] // p[4]) % count for _, p in plans): return sink
   tiles = []
   for n, ((op, (block, s, rows, cols, v, splits)), layout) in enumerate(zip(plans, layouts)):
-    dt, size = op.buf.dtype.base, rows * layout.pitch
+    dt, size = op.buf.dtype.base, layout.size
     local = UOp(Ops.BUFFER, dt.ptr(AddrSpace.LOCAL, stages * size), (), (slot + n, f"tile{slot + n}"))
     origin, vdt = _build(block), dt.vec(v) if v > 1 else dt
     def copy(it: int, at_k: UOp, stage: UOp, into: UOp, gate: UOp | None = None, commit: bool = False, origin=origin, s=s, cols=cols,
@@ -322,8 +350,10 @@ def stage_operands(sink: UOp, trace=None, stages: int | None = None, local_bytes
     synced = UOp(Ops.AFTER, local.dtype, (local, wait, started))
     base = simplify(stage_now.alu(Ops.MUL, _idx(size)))
     for ld, split in zip(op.loads, splits): where[ld] = (synced, layout) + split + (base,)
-  lane = next(r for r in threads if r.arg[1] is AxisType.WARP)
-  body = substitute(end.src[0], {st: _matrix_load(st, where, lane) or _fragment(st, where) for w in wmmas for st in w.src[:2]})
+  from uopc.stages.warpgroup_mma import warpgroup_mmas  # it builds on this module's forms
+  body = warpgroup_mmas(end.src[0], where, threads) if warpgroup else None
+  if warpgroup and body is None: return stage_operands(sink, trace, pinned, local_bytes)  # not warpgroup MMAs after all
+  if body is None: body = substitute(end.src[0], {st: _matrix_load(st, where, lane) or _fragment(st, where) for w in wmmas for st in w.src[:2]})
   new_end = UOp(Ops.END, dtypes.void, (UOp(Ops.GROUP, dtypes.void, (body, started)),) + end.src[1:])
   out = substitute(sink, {end: new_end})
   if trace is not None: trace.append((sink, out))

@@ -60,14 +60,15 @@ SHARED_ALIGN = 16
 def _array_bytes(dt: PtrDType) -> int: return max(1, dt.size * dt.base.itemsize)
 
 
-def shared_layout(uops) -> tuple[dict[UOp, int], int]:
+def shared_layout(uops, align: int = SHARED_ALIGN) -> tuple[dict[UOp, int], int]:
   """({LOCAL BUFFER: its offset in the dynamic shared array}, their total bytes) when the kernel's LOCAL
-  buffers need more than STATIC_SHARED_BYTES, else ({}, 0): they stay static arrays."""
+  buffers need more than STATIC_SHARED_BYTES, else ({}, 0): they stay static arrays. Each starts at a
+  multiple of `align` bytes."""
   offsets, total = {}, 0
   for u in uops:
     if u.op is Ops.BUFFER and isinstance(u.dtype, PtrDType) and u.dtype.addrspace is AddrSpace.LOCAL and u.dtype.size >= 0:
       offsets[u] = total
-      total += -(-_array_bytes(u.dtype) // SHARED_ALIGN) * SHARED_ALIGN
+      total += -(-_array_bytes(u.dtype) // align) * align
   return (offsets, total) if total > STATIC_SHARED_BYTES else ({}, 0)
 
 
@@ -84,7 +85,7 @@ def _buffer(k: _Kernel, u: UOp) -> None:
     return
   space, prefix = (".shared", "temp") if dt.addrspace is AddrSpace.LOCAL else (".local", "acc")
   name = f"{prefix}{len(k.arrays)}"
-  k.arrays.append(f"  {space} .align 16 .b8 {name}[{_array_bytes(dt)}];")
+  k.arrays.append(f"  {space} .align {k.shared_align if space == '.shared' else 16} .b8 {name}[{_array_bytes(dt)}];")
   k.r[u] = k.op1("mov.u64", dtypes.uint64, name)
 
 
@@ -164,6 +165,9 @@ def _load(k: _Kernel, u: UOp) -> None:
   space, addr, gate = _access(k, u, u.dtype)
   dt, n = u.dtype.scalar, u.dtype.count
   guard = f"@{gate} " if gate else ""
+  if isinstance(addr, _RegSlot) and u in k.wgmma_accs:  # a warpgroup MMA works on the elements' registers in place
+    k.set_lanes(u, [addr.array.reg(k, addr.offset + j) for j in range(n)])
+    return
   if isinstance(addr, _RegSlot):  # a copy of each element: later stores overwrite the element's register
     out = [k.new(dt) for _ in range(n)]
     for j, d in enumerate(out):
@@ -223,7 +227,8 @@ def _store(k: _Kernel, u: UOp) -> None:
   regs = list(k.lanes(value))
   guard = f"@{gate} " if gate else ""
   if isinstance(addr, _RegSlot):
-    for j, r in enumerate(regs): k.emit(f"{guard}mov.{_mov_type(dt)} {addr.array.reg(k, addr.offset + j)}, {r}")
+    for j, r in enumerate(regs):
+      if (d := addr.array.reg(k, addr.offset + j)) != r: k.emit(f"{guard}mov.{_mov_type(dt)} {d}, {r}")  # in place: nothing
     return
   if dt is dtypes.bool: regs = [k.op1("selp.u32", dtypes.uint32, "1", "0", p) for p in regs]
   if _packed(value.dtype):

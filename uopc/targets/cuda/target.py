@@ -41,7 +41,7 @@ def artifacts(name: str, archs: tuple[str, ...] = ()) -> dict[str, str]:
 
 def build(req: BuildRequest) -> dict[str, Path]:
   from uopc.targets.cuda.launcher import render_header, render_source
-  from uopc.targets.cuda.ptx import render_module, supported_arch
+  from uopc.targets.cuda.ptx import module_arch, render_module, supported_arch
   from uopc.targets.cuda.toolchain import build_fatbin
   if bad := [a for a in req.archs if not supported_arch(a)]:
     raise CompileError([error(None, f"cuda: arch {', '.join(bad)} is not supported", "the PTX needs sm_80 or later: "
@@ -52,7 +52,8 @@ def build(req: BuildRequest) -> dict[str, Path]:
   paths["header"].write_text(render_header(req.name, req.entries))
   fatbin = None
   if "fatbin" in req.emit or "so" in req.emit or "source" in req.emit:
-    fatbin = build_fatbin(paths["ptx"], req.archs, paths["fatbin"], req.opt_level, req.env)
+    kernels = [k for e in req.entries for k in e.kernels]
+    fatbin = build_fatbin(paths["ptx"], req.archs, paths["fatbin"], req.opt_level, req.env, module_arch(kernels))
   image = fatbin.read_bytes() if fatbin is not None else ptx.encode() + b"\0"
   paths["source"].write_text(render_source(req.name, req.entries, image))
   if "so" in req.emit: _compile(paths["source"], paths["so"], req)

@@ -54,8 +54,9 @@ def _sm(arch: str) -> str: return arch.removeprefix("sm_")
 
 
 def build_fatbin(ptx: Path, archs: Sequence[str], out: Path, opt_level: int = 3,
-                 env: Mapping[str, str] = os.environ) -> Path | None:
-  """NAME.fatbin next to `ptx`: a cubin per arch and the PTX itself; None without fatbinary."""
+                 env: Mapping[str, str] = os.environ, ptx_arch: str = RENDER_ARCH) -> Path | None:
+  """NAME.fatbin next to `ptx`: a cubin per arch and the PTX itself (for `ptx_arch`, its `.target`); None
+  without fatbinary."""
   fatbinary, ptxas = find_tool("fatbinary", env), find_tool("ptxas", env)
   if fatbinary is None:
     current().report(note(None, f"no fatbinary (CUDA_HOME, PATH or `pip install nvidia-cuda-nvcc`): {out.name} is not built and "
@@ -71,6 +72,6 @@ def build_fatbin(ptx: Path, archs: Sequence[str], out: Path, opt_level: int = 3,
       cubin = assemble(ptx, arch, ptx.with_name(f"{ptx.stem}.{arch}.cubin"), ptxas, opt_level)
       images.append(f"--image3=kind=elf,sm={_sm(arch)},file={cubin.name}")
       progress.step(cubin.name)
-  images.append(f"--image3=kind=ptx,sm={_sm(RENDER_ARCH)},file={ptx.name}")
+  images.append(f"--image3=kind=ptx,sm={_sm(ptx_arch)},file={ptx.name}")
   run_on_generated([str(fatbinary), f"--create={out.name}", "-64", *images], ptx.parent)
   return out
