@@ -189,7 +189,8 @@ def _comma_list(ctx, param, value: str | None) -> tuple[str, ...] | None:
               help="Comma-separated artifact kinds to write (default: all of the target's); for -t c: "
                    "source (NAME.c), so (libNAME.so), header (NAME.h).")
 @click.option("--arch", "archs", default=None, callback=_comma_list, metavar="ARCHS",
-              help="GPU architectures, comma-separated (cuda: sm_80,sm_90; amd: gfx1100,gfx90a,gfx942).")
+              help="GPU architectures, comma-separated (cuda: sm_80,sm_90; amd: gfx1100,gfx90a,gfx942). cuda "
+                   "--arch sm_90a alone: large half-precision gemms use Hopper's wgmma (the library runs on sm_90 GPUs only).")
 @click.option("-O", "opt_level", default="3", show_default=True, type=click.Choice(["0", "1", "2", "3"]),
               help="C optimisation level: -O0 .. -O3.")
 @click.option("--print-before", multiple=True, metavar="STAGE", help="Print each kernel's IR before STAGE (repeatable).")
@@ -219,7 +220,7 @@ def _comma_list(ctx, param, value: str | None) -> tuple[str, ...] | None:
 @click.option("--opts", "pinned", multiple=True, metavar="KERNEL:OPTS|@FILE",
               help="Apply these opts to KERNEL instead of the heuristics, e.g. 'NAME__gemm_k0:SPLIT(1,8,u),SPLIT(0,4,u)' "
                    "(kernel names as --print-after optimize shows them; 'KERNEL:' alone applies none). Opts: "
-                   "SPLIT(axis,k,type[,top]) with type g l t L R G u r, PADTO(axis,m), SWAP(axis,axis), NOLOCALS, TC(axis[,tc[,stages[,tile]]]) (tensor cores, -t cuda: a float16/bfloat16 gemm; stages 0: operands read from global memory, 1: staged in shared memory, 4 stages where they fit half the least --arch's shared memory, else as many as fit 48 KiB (default), 2, 3 or 4: that many, up to the shared memory of the least --arch (past 48 KiB: dynamic shared memory, sm_80 163 KiB, sm_86/89 99, sm_90 227); tile: tensor-core tiles a warp, -1 by size (default), 0..5 = 2x4, 4x8, 2x2, 1x2, 1x1, 4x4, 6..8 = 4x8 a warp with 2x2, 2x4 or 4x2 warps a workgroup (128x128, 128x256, 256x128 with m16n8k16)), STAGE[(stages)] (-t cuda, the last opt: the inputs a workgroup's threads read again, such as a float32 gemm's, go through shared memory filled by cp.async; stages 1: as many as fit (default), 2 or 3; refused where they form no tile). "
+                   "SPLIT(axis,k,type[,top]) with type g l t L R G u r, PADTO(axis,m), SWAP(axis,axis), NOLOCALS, TC(axis[,tc[,stages[,tile]]]) (tensor cores, -t cuda: a float16/bfloat16 gemm; stages 0: operands read from global memory, 1: staged in shared memory, 4 stages where they fit half the least --arch's shared memory, else as many as fit 48 KiB (default), 2, 3 or 4: that many, up to the shared memory of the least --arch (past 48 KiB: dynamic shared memory, sm_80 163 KiB, sm_86/89 99, sm_90 227); tile: tensor-core tiles a warp, -1 by size (default), 0..5 = 2x4, 4x8, 2x2, 1x2, 1x1, 4x4, 6..8 = 4x8 a warp with 2x2, 2x4 or 4x2 warps a workgroup (128x128, 128x256, 256x128 with m16n8k16), 9 = the warpgroup tile (128x128 over 4 warps, rows interleaved: wgmma with --arch sm_90a)), STAGE[(stages)] (-t cuda, the last opt: the inputs a workgroup's threads read again, such as a float32 gemm's, go through shared memory filled by cp.async; stages 1: as many as fit (default), 2 or 3; refused where they form no tile). "
                    "@FILE reads one KERNEL:OPTS line per kernel. Repeatable.")
 @click.option("--tuning", "tuning_db", type=click.Path(dir_okay=False), metavar="DB.json",
               help="A tuning database (`uopc tune`): kernels found in it get its opts, the others the heuristics "

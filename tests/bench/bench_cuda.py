@@ -212,7 +212,7 @@ def bench_tensor_program(gpu: Driver, timer: Timer, out_dir: pathlib.Path, w, to
   work.mkdir(parents=True)
   (work / f"{f.name}.uop").write_text(f.text())
   schedule = parse_schedule([f"{f.name}__{f.name}_k0:{opts}"]) if opts is not None else None
-  options = BuildOptions(target="cuda", out_dir=work, schedule=schedule, **(flags or {}))
+  options = BuildOptions(target="cuda", out_dir=work, schedule=schedule, archs=ARCHS, **(flags or {}))
   lib = ctypes.CDLL(str(next(p for p in build(work / f"{f.name}.uop", options) if p.suffix == ".so")))
   out_arg = next(a for a in f.args if a[3])
   out = np.zeros(out_arg[1], np.float32)
@@ -256,7 +256,7 @@ def bench_batched_conv(gpu: Driver, timer: Timer, out_dir: pathlib.Path, opts: s
   (work / "conv.uop").write_text(text)
   from uopc.stages.optimize import parse_schedule
   schedule = parse_schedule([f"conv__conv_k0:{opts}"]) if opts is not None else None
-  lib = ctypes.CDLL(str(next(p for p in build(work / "conv.uop", BuildOptions(target="cuda", out_dir=work, schedule=schedule)) if p.suffix == ".so")))
+  lib = ctypes.CDLL(str(next(p for p in build(work / "conv.uop", BuildOptions(target="cuda", out_dir=work, schedule=schedule, archs=ARCHS)) if p.suffix == ".so")))
   rng = np.random.default_rng(4)
   x, w, b = (rng.standard_normal(shape).astype(np.float32) for shape in ((n, c, hw, hw), (o, c, 3, 3), (o,)))
   out = np.zeros((n, o, hw, hw), np.float32)
@@ -281,6 +281,7 @@ def bench_batched_conv(gpu: Driver, timer: Timer, out_dir: pathlib.Path, opts: s
 STAGED_TILE = "SPLIT(2,8,r),SPLIT(1,4,u),SPLIT(1,16,l),SPLIT(1,2,u),SPLIT(0,4,u),SPLIT(0,8,l),SPLIT(0,2,u)"  # the heuristics' staged gemm
 DEPTH4 = STAGED_TILE.replace("SPLIT(2,8,r)", "SPLIT(2,4,r)")  # ... and its K depth with --fp-contract=fast / --fast-math
 CONTRACT, FAST = {"fp_contract": True}, {"fast_math": True}
+ARCHS: tuple[str, ...] = ()  # --arch: the archs every kernel is built for (() : the target's defaults)
 GEMM_VARIANTS = [  # (opts of gemm 2048's kernel, build flags, label); the heuristics' own (STAGE) is the row above
   (STAGED_TILE, None, "same tile, unstaged"),
   (DEPTH4 + ",STAGE(2)", None, "k depth 4, STAGE"),
@@ -322,12 +323,16 @@ def main() -> None:
   import argparse
   parser = argparse.ArgumentParser(description="uopc -t cuda against torch on this machine's GPU")
   parser.add_argument("--hgemm-opts", action="append", default=[], metavar="OPTS", help="also time the f16 gemm 4096 with OPTS pinned")
+  parser.add_argument("--arch", action="append", default=[], metavar="ARCH",
+                      help="build every kernel for ARCH (repeatable; e.g. sm_90a: the warpgroup MMAs), not the default archs")
   parser.add_argument("--hgemm-only", action="store_true", help="time only the f16 gemm 4096 (heuristics, then each --hgemm-opts)")
   parser.add_argument("--conv-opts", action="append", default=[], metavar="OPTS", help="also time the batched convolution with OPTS pinned")
   parser.add_argument("--conv-only", action="store_true", help="time only the batched convolution (heuristics, then each --conv-opts)")
   parser.add_argument("--gemm-opts", action="append", default=[], metavar="OPTS", help="also time the float32 gemm 2048 with OPTS pinned")
   parser.add_argument("--gemm-only", action="store_true", help="time only the float32 gemm 2048 (heuristics, then each --gemm-opts)")
   args = parser.parse_args()
+  global ARCHS
+  ARCHS = tuple(args.arch)
   try:
     gpu = Driver()
   except (OSError, RuntimeError) as e:
