@@ -29,6 +29,8 @@ from uopc.diagnostics import CompileError, Loc, error
 from uopc.dtype import AddrSpace, DType, PtrDType, dtypes
 from uopc.ops import FUSED, Ops
 from uopc.stages.tensor_cores import ASYNC, LDMATRIX, WARP_SIZE, by_arg, ldmatrix_sources
+from uopc.stages.warpgroup_mma import WARPGROUP, Operand, warpgroup_arg
+from uopc.wgmma_layout import byte_addresses
 
 NP_DTYPES = {"bool": np.bool_, "int8": np.int8, "int16": np.int16, "int32": np.int32, "int64": np.int64,
              "uint8": np.uint8, "uint16": np.uint16, "uint32": np.uint32, "uint64": np.uint64,
@@ -335,6 +337,7 @@ class _Emulator:
     fragments (uopc.stages.tensor_cores), computed in float64 (the products of half-precision inputs
     exactly) and rounded once to the accumulator's dtype; the hardware rounds its partial sums in its
     own way, so results agree to a few ULP."""
+    if (spec := warpgroup_arg(u.arg)) is not None: return self._wgmma(u, spec.n, spec.input, spec.a, spec.b)
     tc = by_arg(u.arg)
     if tc is None: raise self.fail(u, f"WMMA {u.arg!r}: no such tensor core")
     if not self.active.all(): raise self.fail(u, "WMMA reached by only some threads: every lane of a warp must take part")
@@ -348,6 +351,42 @@ class _Emulator:
         mat[warp, row + dr, col + dc] = (_tf32(v) if tc.k_lanes == 1 and frag < 2 else v).astype(np.float64)
     d = round_to(a @ b + c, u.dtype)
     return np.stack([d[warp, group + dr, pair + dc] for dr, dc in tc.c], axis=1)
+
+  def _wgmma(self, u, n: int, in_dt: str, a: Operand, b: Operand):
+    """A warpgroup MMA (uopc.stages.warpgroup_mma): the 4 warps of each warpgroup (128 consecutive threads)
+    compute D(64 x n) = A(64 x 16) @ B(16 x n) + D, reading A and B from LOCAL memory where wgmma's
+    descriptors point (uopc.wgmma_layout: its own reading of the PTX layouts, not the compiler's) from the
+    address the INDEX gives (the same for the whole warpgroup); thread (warp w, lane l) holds D's element
+    (16 w + 8 ((r // 2) % 2) + l // 4, 8 (r // 4) + 2 (l % 4) + r % 2) in its accumulator r. Float64 from
+    the exact inputs, rounded once (as `_wmma`); every element read counts as read by every thread of the
+    warpgroup (uninitialised, in-flight and race checks)."""
+    if not self.active.all(): raise self.fail(u, "warpgroup WMMA reached by only some threads: all 128 of a warpgroup must take part")
+    warp, lane, _ = self._warps(u)
+    if self.T % WARPGROUP: raise self.fail(u, f"a warpgroup WMMA needs workgroups of whole warpgroups of {WARPGROUP} threads")
+    if u.dtype.count != n // 2 or u.src[2].dtype.count != n // 2:
+      raise self.fail(u, f"a warpgroup WMMA of n = {n} has {n // 2} accumulators")
+    group, w, r = warp // 4, warp % 4, np.arange(n // 2)
+    rows = 16 * w[:, None] + 8 * ((r // 2) % 2) + lane[:, None] // 4
+    cols = 8 * (r // 4) + 2 * (lane[:, None] % 4) + r % 2
+    mats = []
+    for src, op, extent in ((0, a, 64), (1, b, n)):
+      mem, offs = self.values[u.src[src]]
+      if mem.space is not AddrSpace.LOCAL or mem.data.dtype != np_dtype(getattr(dtypes, in_dt)):
+        raise self.fail(u, f"a warpgroup WMMA reads {in_dt} from LOCAL memory, not {mem.data.dtype} from '{mem.name}'")
+      start = np.zeros(self.T // WARPGROUP, np.int64)
+      start[group] = offs
+      if (start[group] != offs).any(): raise self.fail(u, f"a warpgroup WMMA's threads give different addresses of '{mem.name}'")
+      size = mem.data.itemsize
+      try: cells = np.stack([byte_addresses(op, int(s) * size, extent, size) // size for s in start])  # (groups, extent, 16)
+      except ValueError as e: raise self.fail(u, f"warpgroup WMMA on '{mem.name}': {e}") from None
+      if (cells < 0).any() or (cells >= mem.size).any():
+        raise self.fail(u, f"out-of-bounds warpgroup WMMA from '{mem.name}': it reads past its {mem.size} elements")
+      self._check_local_read(u, mem, np.arange(self.T), cells[group].reshape(self.T, -1))
+      mats.append(mem.data[cells].astype(np.float64))
+    d = np.zeros((self.T // WARPGROUP, 64, n))
+    d[group[:, None], rows, cols] = self.values[u.src[2]]
+    d = round_to(mats[0] @ mats[1].transpose(0, 2, 1) + d, u.dtype)
+    return d[group[:, None], rows, cols]
 
   def _warps(self, u) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """Each thread's warp and lane (32 consecutive threads of a workgroup, lidx0 fastest, as on the GPU),
