@@ -43,7 +43,7 @@ def accumulator_loads(uops) -> set[UOp]:
 def _quiet(k: _Kernel, u: UOp) -> bool:
   """Does u leave an open wgmma group alone (module docstring)?"""
   if u.op in _QUIET or is_wgmma(u) or u in k.wgmma_accs: return True
-  if u.op in GroupOp.ALU: return u.dtype.scalar.is_int() and not any(is_wgmma(s) for s in u.src)
+  if u.op in GroupOp.ALU or u.op in (Ops.CAST, Ops.BITCAST): return (u.dtype.scalar.is_int() or u.dtype.scalar is dtypes.bool) and not any(is_wgmma(s) for s in u.src)
   return u.op is Ops.STORE and is_wgmma(u.src[1])  # back into the registers it worked in
 
 
