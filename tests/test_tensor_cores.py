@@ -87,8 +87,8 @@ def test_tc_refusals_say_why(f, opts, caps, message):
   assert message in e.value.diagnostics[0].message, e.value.diagnostics[0].message
 
 
-@pytest.mark.parametrize("text, message", [("TC(2,0,5)", "stages must be 0"), ("TC(2,0,1,10)", "tile must be -1 (chosen by size) or 0..9"),
-                                           ("TC(2,0,1,10)", "9 = 2 x 16 (4 x 1 warps, a warpgroup)"),
+@pytest.mark.parametrize("text, message", [("TC(2,0,5)", "stages must be 0"), ("TC(2,0,1,11)", "tile must be -1 (chosen by size) or 0..10"),
+                                           ("TC(2,0,1,11)", "10 = 1 x 32 (8 x 1 warps, 2 warpgroups)"),
                                            ("TC(2,0,1,1,1)", "expected TC(axis[, tc[, stages[, tile]]])")])
 def test_tc_arguments_parse(text, message):
   with pytest.raises(CompileError, match=re.escape(message)):

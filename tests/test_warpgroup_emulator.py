@@ -33,7 +33,7 @@ CASES = [("f16", (128, 64, 256), False), ("bf16", (256, 96, 128), False), ("f16"
          ("f16", (128, 16, 256), False)]
 
 
-def _run(tmp_path, monkeypatch, dtype: str, shape: tuple, transposed: bool, archs: tuple) -> tuple[np.ndarray, dict, list]:
+def _run(tmp_path, monkeypatch, dtype: str, shape: tuple, transposed: bool, archs: tuple, opts: str = WARPGROUP) -> tuple[np.ndarray, dict, list]:
   """(out, inputs, the warpgroup WMMAs of the emulated kernels) of the gemm built for `archs`."""
   m, k, n = shape
   f = transposed_a(m, k, n, dtype) if transposed else gemm_relu(m, k, n, dtype)
@@ -47,7 +47,7 @@ def _run(tmp_path, monkeypatch, dtype: str, shape: tuple, transposed: bool, arch
   monkeypatch.setattr(test_group_reduce, "run_file", functools.partial(run_file, archs=archs))
   out_dir = tmp_path / "-".join(archs or ("default",))
   out_dir.mkdir()
-  return emulated(out_dir, monkeypatch, f, given, WARPGROUP)["out"], x, wgmmas
+  return emulated(out_dir, monkeypatch, f, given, opts)["out"], x, wgmmas
 
 
 @pytest.mark.parametrize("dtype, shape, transposed", CASES)
@@ -59,6 +59,16 @@ def test_warpgroup_mmas_in_the_emulator(tmp_path, monkeypatch, dtype, shape, tra
   sync, _, none = _run(tmp_path, monkeypatch, dtype, shape, transposed, ())
   assert not none, "the default archs keep mma.sync"
   assert np.array_equal(got.view(np.uint32), sync.view(np.uint32))
+
+
+def test_two_warpgroups_with_their_mmas_running_into_the_next_iteration(tmp_path, monkeypatch):
+  """Tile 10 (two warpgroups of 64 x 256) in 3 stages of 48 KiB: one workgroup a multiprocessor, so each
+  iteration's MMAs may still run while the next one starts (pending 1, its copies one iteration later)."""
+  got, x, wgmmas = _run(tmp_path, monkeypatch, "f16", (128, 256, 256), False, ("sm_90a",), "TC(2,-1,3,10)")
+  assert {(warpgroup_arg(u.arg).shape, warpgroup_arg(u.arg).pending) for u in wgmmas} == {("m64n256k16", 1)}
+  assert_gemm_relu(got, x)
+  sync, _, none = _run(tmp_path, monkeypatch, "f16", (128, 256, 256), False, (), "TC(2,-1,3,10)")
+  assert not none and np.array_equal(got.view(np.uint32), sync.view(np.uint32))
 
 
 def _unswizzled(self, row, col):
@@ -125,7 +135,7 @@ HAND = """
   %l4 = MUL(%l, 4) : index
   %cp = INDEX(%c, %l4) : ptr<f32>
   %cv = LOAD(%cp) : f32x4
-  %w = WMMA(%ia, %ib, %cv) {("wgmma", "m64n8k16", "float16", "float32", K_MAJOR_32, K_MAJOR_32)} : f32x4
+  %w = WMMA(%ia, %ib, %cv) {("wgmma", "m64n8k16", "float16", "float32", K_MAJOR_32, K_MAJOR_32, 0)} : f32x4
   %op = INDEX(%out, %l4) : ptr<f32>
   %st = STORE(%op, %w)
   %e2 = END(%st, %r)

@@ -20,6 +20,7 @@ from test_tc_staging import transposed_a
 from test_tensor_cores import assert_gemm_relu, gemm_relu, inputs
 from uopc.driver import BuildOptions, build
 from uopc.frontend import load_module
+from uopc.dtype import AddrSpace
 from uopc.ops import Ops
 from uopc.pipeline import compile_module
 from uopc.stages.optimize import optimize, parse_opts, parse_schedule, target_caps
@@ -46,10 +47,24 @@ def test_large_gemm_gets_one_warpgroup_mma_per_block_and_k_step():
   specs = {warpgroup_arg(u.arg) for u in wmmas}
   assert len(wmmas) == 8 and None not in specs and len(specs) == 1
   spec = specs.pop()
+  assert spec.pending == 0  # 3 stages of 32 KiB: two workgroups a multiprocessor
   # a: K-major rows of 64 halves (128-byte swizzle, 8 rows 1024 bytes apart); b: N-major, 2 panels of 64 columns
   assert (spec.shape, spec.a.mn_major, spec.a.swizzle, spec.a.stride) == ("m64n128k16", False, 128, 1024)
   assert (spec.b.mn_major, spec.b.swizzle, spec.b.leading, spec.b.stride) == (True, 128, 64 * 128, 1024)
   assert all(u.dtype.count == 64 for u in wmmas)
+
+
+def test_the_largest_gemms_get_two_warpgroups_of_64_x_256():
+  """4096 x 4096: 512 workgroup tiles of 128 x 256 (tile 10), 4 stages of 48 KiB (one workgroup a
+  multiprocessor), whose MMAs may still run while the next iteration starts."""
+  from uopc.stages.optimize import format_axes
+  kernel = next(iter(kernels_of(gemm_relu(4096, 256, 4096, "f16").text(), HOPPER).values()))
+  schedule = optimize(kernel, "k", HOPPER)
+  wmmas = [u for u in schedule.sink.toposort() if u.op is Ops.WMMA]
+  assert format_axes(schedule.sink) == "g32 l8 g16 R4 w32" and str(schedule.opts[0]) == "TC(2,-1,1,10)"
+  assert {(warpgroup_arg(u.arg).shape, warpgroup_arg(u.arg).pending) for u in wmmas} == {("m64n256k16", 1)} and len(wmmas) == 4
+  local = [u.dtype.size for u in schedule.sink.toposort() if u.op is Ops.BUFFER and u.dtype.addrspace is AddrSpace.LOCAL]
+  assert sum(local) * 2 == 4 * 48 * 1024
 
 
 @pytest.mark.parametrize("f, why", [(gemm_relu(256, 64, 256, "f16"), "4 workgroup tiles: too few"),

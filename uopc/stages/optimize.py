@@ -50,9 +50,9 @@ OptOps (seed 000's table), composed left to right, each checked before it applie
   fit 48 KiB (4 where they fit half of the target's `local_bytes`: two workgroups a multiprocessor),
   unless the third argument pins their number (`TC(axis, tc, stages)`: 0 for fragments straight
   from global memory, 2, 3 or 4, within the target's `local_bytes`) or NOLOCALS; the fourth pins the warp tile,
-  and for tiles 6..9 the warps of a workgroup (`uopc.stages.opts.TC_TILES`, else chosen by the gemm's size; 9, the
-  warpgroup tile, interleaves its 4 warps' rows so that an sm_90a build turns its k steps into warpgroup MMAs,
-  `uopc.stages.warpgroup_mma`, which the heuristics pick where every --arch is sm_90a). TC must
+  and for tiles 6..10 the warps of a workgroup (`uopc.stages.opts.TC_TILES`, else chosen by the gemm's size; 9 and
+  10, the warpgroup tiles, give each 4 warps interleaved rows so that an sm_90a build turns their k steps into
+  warpgroup MMAs, `uopc.stages.warpgroup_mma`, which the heuristics pick where every --arch is sm_90a). TC must
   be the first opt; after it, axes may still be split into LOCAL (more warps per workgroup) or padded,
   but not UPCAST or UNROLLed (a WMMA is not widened). Only -t cuda has tensor cores.
 - `STAGE[(stages)]` (-t cuda, the last opt): the inputs that a workgroup's threads read again (a float32

@@ -22,16 +22,19 @@ STAGE_COUNTS = (2, 3)        # ... or exactly this many (uopc.stages.local_stagi
 # TC's tile argument: (tensor-core tiles per warp along m, along n, warps per workgroup along m, along n);
 # 1 x 1 warps: one warp a workgroup unless later SPLITs to LOCAL add some, more: TC makes those LOCAL axes
 TC_TILES = ((2, 4, 1, 1), (4, 8, 1, 1), (2, 2, 1, 1), (1, 2, 1, 1), (1, 1, 1, 1), (4, 4, 1, 1),
-            (4, 8, 2, 2), (4, 8, 2, 4), (4, 8, 4, 2), (2, 16, 4, 1))
-# ... the last a warpgroup's tile: its 4 warps' rows interleave (warp w has rows 16 w + 64 i of tile row i), so
-# that each k step of its tiles is one warpgroup MMA (sm_90a wgmma m64n128k16; mma.sync elsewhere)
-WARPGROUP_TILE = len(TC_TILES) - 1
+            (4, 8, 2, 2), (4, 8, 2, 4), (4, 8, 4, 2), (2, 16, 4, 1), (1, 32, 8, 1))
+# ... the last two are warpgroup tiles (groups of 4 warps): warp w of a warpgroup has rows 16 w + 64 i of its
+# tile row i (a warpgroup of tile 9 interleaves its warps' rows, 128 x 128; tile 10 is 2 warpgroups of 64 x
+# 256), so that each k step of a warpgroup's tiles is one warpgroup MMA (sm_90a wgmma; mma.sync elsewhere)
+WARPGROUP_TILES = (len(TC_TILES) - 2, len(TC_TILES) - 1)
+WARPGROUP_TILE = WARPGROUP_TILES[0]
 
 
 def tile_name(i: int) -> str:
   """TC_TILES[i] as --help and errors show it: `4 x 8` or `4 x 8 (2 x 4 warps)`."""
   m, n, wm, wn = TC_TILES[i]
-  return f"{m} x {n}" + (f" ({wm} x {wn} warps{', a warpgroup' if i == WARPGROUP_TILE else ''})" if wm * wn > 1 else "")
+  groups = f", {wm * wn // 4} warpgroup{'s' if wm * wn > 4 else ''}" if i in WARPGROUP_TILES else ""
+  return f"{m} x {n}" + (f" ({wm} x {wn} warps{groups})" if wm * wn > 1 else "")
 
 
 class OptOp(enum.Enum):

@@ -18,7 +18,7 @@ from typing import Mapping
 from uopc.dtype import AddrSpace, dtypes
 from uopc.ops import AxisType, Ops
 from uopc.rewrite import substitute
-from uopc.stages.opts import TC_AUTO_STAGES, TC_TILES, WARPGROUP_TILE
+from uopc.stages.opts import TC_AUTO_STAGES, TC_TILES, WARPGROUP_TILES
 from uopc.stages.optimize import (Opt, OptError, OptOp, TargetCaps, Trace, _axis, _is_global, _memory_ops, _range,
                                   accumulator_update, apply_opt, axis_size, axis_type, kernel_axes, note, root_buffer, scopes)
 from uopc.stages.planner import _Planner
@@ -105,8 +105,8 @@ def tensor_core(sink: UOp, opt: Opt, caps: TargetCaps, trace: Trace | None) -> U
   they divide, each tile's WMMAs chained in k order (fewer, larger iterations: fewer barriers once the
   operands are staged in LOCAL memory, `uopc.stages.tc_staging`). A pinned tile (TC_TILES) sets the
   warp tile, and the warps per workgroup where it names more than one (LOCAL splits of the tile axes);
-  the warpgroup tile (WARPGROUP_TILE) interleaves its warps' rows, so that the workgroup's tiles of one
-  tile row i and k step are one warpgroup MMA (`uopc.stages.warpgroup_mma`)."""
+  a warpgroup tile (WARPGROUP_TILES) gives each group of 4 warps interleaved rows, so that a warpgroup's
+  tiles of one tile row i and k step are one warpgroup MMA (`uopc.stages.warpgroup_mma`)."""
   if not caps.tensor_cores: raise OptError(f"target {caps.name} has no tensor cores")
   axes = kernel_axes(sink)
   g = _gemm(sink, _axis(axes, opt.axis))
@@ -119,7 +119,7 @@ def tensor_core(sink: UOp, opt: Opt, caps: TargetCaps, trace: Trace | None) -> U
       group = f", {pm} x {pn} warps: {tm * wm * pm} x {tn * wn * pn} a workgroup" if pm * pn > 1 else ""
       raise OptError(f"tile {opt.arg[2]} ({wm} x {wn} tensor-core tiles a warp{group}) does not divide M x N = {axis_size(g.m)} x {axis_size(g.n)}")
   else: wm, wn = tc_warp_tile(axis_size(g.m), axis_size(g.n), tc)
-  interleaved = len(opt.arg) > 2 and opt.arg[2] == WARPGROUP_TILE
+  interleaved = len(opt.arg) > 2 and opt.arg[2] in WARPGROUP_TILES
   ks = next(s for s in (WARPGROUP_K_STEPS if interleaved else TC_K_STEPS) if axis_size(g.k) % (tk * s) == 0)
   m, n, k = (_range(axis_size(r) // t, r.arg[0], axis_type(r)) for r, t in ((g.m, tm * wm), (g.n, tn * wn), (g.k, tk * ks)))
   lane = _range(WARP_SIZE, max(r.arg[0] for r in axes) + 1, AxisType.WARP)
@@ -129,10 +129,12 @@ def tensor_core(sink: UOp, opt: Opt, caps: TargetCaps, trace: Trace | None) -> U
     return simplify(tile.alu(Ops.MUL, UOp.const(idx, size)).alu(Ops.ADD, part).alu(Ops.ADD, UOp.const(idx, offset)))
   def row(i: int, dm: int) -> UOp:
     if not interleaved: return at(m, tm * wm, group, tm * i + dm)
-    # the warpgroup tile: warp w = m % pm of the workgroup's pm warps along m has rows tm w + tm pm i
-    slab = m.alu(Ops.IDIV, UOp.const(idx, pm)).alu(Ops.MUL, UOp.const(idx, tm * wm * pm))
-    return simplify(slab.alu(Ops.ADD, m.alu(Ops.MOD, UOp.const(idx, pm)).alu(Ops.MUL, UOp.const(idx, tm)))
-                    .alu(Ops.ADD, group).alu(Ops.ADD, UOp.const(idx, tm * pm * i + dm)))
+    # warpgroup tiles: warp w = m % pm of the workgroup's pm warps along m, warp w % 4 of warpgroup w // 4,
+    # has rows tm (w % 4) + 4 tm i of its warpgroup's wm tile rows of 4 tm
+    def k(v: int) -> UOp: return UOp.const(idx, v)
+    w = m.alu(Ops.MOD, k(pm))
+    slab = m.alu(Ops.IDIV, k(pm)).alu(Ops.MUL, k(tm * wm * pm)).alu(Ops.ADD, w.alu(Ops.IDIV, k(4)).alu(Ops.MUL, k(4 * tm * wm)))
+    return simplify(slab.alu(Ops.ADD, w.alu(Ops.MOD, k(4)).alu(Ops.MUL, k(tm))).alu(Ops.ADD, group).alu(Ops.ADD, k(4 * tm * i + dm)))
   def fragment(load: UOp, places) -> UOp:
     return UOp(Ops.STACK, load.dtype.vec(len(places)), tuple(substitute(load, dict(p)) for p in places))
   a = [[fragment(g.a, [((g.m, row(i, dm)), (g.k, at(k, tk * ks, kpair, tk * s + dk))) for dm, dk in tc.a]) for i in range(wm)]
@@ -195,9 +197,9 @@ TC_BIG_WARPS = ((1, (2,)), (0, (2,)))  # the same for TC_BIG_TILE: 2 x 2 warps, 
 TC_MIN_WORKGROUPS = 132  # ... each only where the workgroups stay at least this many (one per SM of an H100)
 
 
-def _warpgroup_fits(plan: _Planner) -> bool:
-  """The warpgroup tile (sm_90a builds): a gemm of 128 x 128 workgroup tiles, at least TC_MIN_WORKGROUPS of them."""
-  wm, wn, pm, pn = TC_TILES[WARPGROUP_TILE]
+def _warpgroup_fits(plan: _Planner, tile: int) -> bool:
+  """A warpgroup tile (sm_90a builds) whose workgroup tiles divide the gemm, at least TC_MIN_WORKGROUPS of them."""
+  wm, wn, pm, pn = TC_TILES[tile]
   m, n = plan.size(0), plan.size(1)
   if not (isinstance(m, int) and isinstance(n, int)) or m % (16 * wm * pm) or n % (8 * wn * pn): return False
   return (m // (16 * wm * pm)) * (n // (8 * wn * pn)) >= TC_MIN_WORKGROUPS
@@ -209,8 +211,8 @@ def tensor_core_heuristics(plan: _Planner) -> bool:
   keeps fewer warps per workgroup so that its workgroups still fill the GPU's SMs (TC_MIN_WORKGROUPS)."""
   reduces = plan.axes(AxisType.REDUCE)
   if not plan.caps.tensor_cores or len(reduces) != 1: return False
-  if plan.caps.warpgroup_mma and _warpgroup_fits(plan) and plan.apply(Opt(OptOp.TC, reduces[0], (-1, TC_AUTO_STAGES, WARPGROUP_TILE))):
-    return True
+  for tile in WARPGROUP_TILES[::-1] if plan.caps.warpgroup_mma else ():  # 128 x 256 (two warpgroups), else 128 x 128
+    if _warpgroup_fits(plan, tile) and plan.apply(Opt(OptOp.TC, reduces[0], (-1, TC_AUTO_STAGES, tile))): return True
   if not plan.apply(Opt(OptOp.TC, reduces[0], (-1,))): return False
   big = sum(u.op is Ops.WMMA for u in plan.sink.toposort()) >= TC_BIG_TILE[0] * TC_BIG_TILE[1]
   groups = math.prod(s for i in (0, 1) if isinstance(s := plan.size(i), int))  # warp tiles: one warp each so far

@@ -276,7 +276,8 @@ def stage_operands(sink: UOp, trace=None, stages: int | None = None, local_bytes
   within `local_bytes` (None: DEEP_STAGES within half of `local_bytes`, else the most of STAGES that fit
   MAX_LOCAL_BYTES); unchanged where not."""
   pinned = stages
-  if stages is None and warpgroup: options = [(n, local_bytes // 2) for n in (DEEP_STAGES, *STAGES)]
+  if stages is None and warpgroup:  # 3 or 4 stages for two workgroups a multiprocessor, else for one, else 2
+    options = [(n, budget) for budget in (local_bytes // 2, local_bytes) for n in (DEEP_STAGES, 3)] + [(2, local_bytes)]
   elif stages is None: options = [(DEEP_STAGES, local_bytes // 2)] + [(n, MAX_LOCAL_BYTES) for n in STAGES]
   else: options = [(stages, local_bytes)]
   wmmas = [u for u in sink.toposort() if u.op is Ops.WMMA]
@@ -310,6 +311,9 @@ def stage_operands(sink: UOp, trace=None, stages: int | None = None, local_bytes
   tile_bytes = sum(lay.size * op.buf.dtype.base.itemsize for (op, p), lay in zip(plans, layouts))
   stages = next((n for n, budget in options if n * tile_bytes <= budget and n - 1 <= trips), 0)
   if not stages or any((p[2] * p[3] // p[4]) % count for _, p in plans): return sink
+  # warpgroup MMAs of a workgroup that has its multiprocessor alone keep running while it starts the next
+  # iteration (its barrier and copies), so its copies start one iteration later (with two, the other's MMAs fill in)
+  lag = 1 if warpgroup and stages >= 3 and stages * tile_bytes > local_bytes // 2 else 0
   tiles = []
   for n, ((op, (block, s, rows, cols, v, splits)), layout) in enumerate(zip(plans, layouts)):
     dt, size = op.buf.dtype.base, layout.size
@@ -333,13 +337,13 @@ def stage_operands(sink: UOp, trace=None, stages: int | None = None, local_bytes
   def stage_copies(at_k: UOp, stage: UOp, into, gate: UOp | None = None) -> list[UOp]:  # one commit group
     out = [(it, local, copy) for _, local, _, _, _, iters, copy in tiles for it in range(iters)]
     return [copy(it, at_k, stage, into(local), gate, i == len(out) - 1) for i, (it, local, copy) in enumerate(out)]
-  prologue = [x for st in range(stages - 1) for x in stage_copies(_idx(st), _idx(st), lambda local: local)]
+  prologue = [x for st in range(stages - 1 - lag) for x in stage_copies(_idx(st), _idx(st), lambda local: local)]
   # iteration k: wait for its own copies (the later stages' may still fly) and for every thread's, read
   # the fragments from stage k % stages, then start the copies of iteration k + stages - 1 into the stage
   # iteration k - 1 read (every thread is past that reading: it is before this barrier)
-  wait = UOp(Ops.BARRIER, dtypes.void, (UOp(Ops.GROUP, dtypes.void, tuple(prologue)), k), (ASYNC, stages - 2))
+  wait = UOp(Ops.BARRIER, dtypes.void, (UOp(Ops.GROUP, dtypes.void, tuple(prologue)), k), (ASYNC, stages - 2 - lag))
   stage_now = k.alu(Ops.MOD, _idx(stages))
-  ahead = k.alu(Ops.ADD, _idx(stages - 1))
+  ahead = k.alu(Ops.ADD, _idx(stages - 1 - lag))
   # past the last iteration the copies read nothing (zeros: their group still counts for the waits)
   fetches = stage_copies(ahead, ahead.alu(Ops.MOD, _idx(stages)), lambda local: UOp(Ops.AFTER, local.dtype, (local, wait)),
                          ahead.alu(Ops.CMPLT, _idx(trips)))
@@ -351,7 +355,7 @@ def stage_operands(sink: UOp, trace=None, stages: int | None = None, local_bytes
     base = simplify(stage_now.alu(Ops.MUL, _idx(size)))
     for ld, split in zip(op.loads, splits): where[ld] = (synced, layout) + split + (base,)
   from uopc.stages.warpgroup_mma import warpgroup_mmas  # it builds on this module's forms
-  body = warpgroup_mmas(end.src[0], where, threads) if warpgroup else None
+  body = warpgroup_mmas(end.src[0], where, threads, lag) if warpgroup else None
   if warpgroup and body is None: return stage_operands(sink, trace, pinned, local_bytes)  # not warpgroup MMAs after all
   if body is None: body = substitute(end.src[0], {st: _matrix_load(st, where, lane) or _fragment(st, where) for w in wmmas for st in w.src[:2]})
   new_end = UOp(Ops.END, dtypes.void, (UOp(Ops.GROUP, dtypes.void, (body, started)),) + end.src[1:])

@@ -1,23 +1,26 @@
 """Warpgroup MMAs (sm_90a's `wgmma.mma_async`): a part of tc_staging on builds whose every arch has them.
 
-TC's warpgroup tile (uopc.stages.opts.WARPGROUP_TILE) gives a workgroup of 4 warps (one warpgroup, 128
-threads) whose rows interleave: warp w holds rows 16 w + g and + 8 (g = lane // 4) of every 64-row block
-i of the workgroup's tile, all of its N columns. Once tc_staging has put the operands in LOCAL tiles, the
-WMMAs of one block i and one k step s over the N / 8 column tiles j, taken over the 4 warps, are exactly
-one m64nNk16 product whose accumulators each thread holds as it held the N / 8 m16n8 C fragments (lane
-and register order alike: wgmma's D layout is mma.sync's, tile after tile). `warpgroup_mmas` replaces
-them by one warpgroup WMMA that reads A and B from the LOCAL tiles itself:
+TC's warpgroup tiles (uopc.stages.opts.WARPGROUP_TILES) split a workgroup into warpgroups (4 consecutive
+warps, 128 threads) whose warp w holds rows 16 w + g and + 8 (g = lane // 4) of each 64-row block i of its
+warpgroup's rows, all of the tile's N columns (tile 9: one warpgroup, 2 blocks of 128 columns; tile 10:
+two warpgroups of one block of 256). Once tc_staging has put the operands in LOCAL tiles, the WMMAs of one
+block and one k step s over the N / 8 column tiles j, taken over a warpgroup's 4 warps, are exactly one
+m64nNk16 product whose accumulators each thread holds as it held the N / 8 m16n8 C fragments (lane and
+register order alike: wgmma's D layout is mma.sync's, tile after tile). `warpgroup_mmas` replaces them by
+one warpgroup WMMA that reads A and B from the LOCAL tiles itself:
 
-  WMMA(INDEX(A's tile, its element (block i, step s)), INDEX(B's tile, its element (step s, column 0)),
-       acc: N / 2 floats, arg=WarpgroupMMA.arg)
+  WMMA(INDEX(A's tile, its element (block i of the thread's warpgroup, step s)), INDEX(B's tile, its
+       element (step s, column 0)), acc: N / 2 floats, arg=WarpgroupMMA.arg)
 
 The arg names the shape and, per operand, how wgmma's matrix descriptor reads the tile: its major-ness
 (K-major: the tile's rows run along M or N and its 16-byte chunks along K; MN-major the other way), the
 swizzle (rows of 32, 64 or 128 bytes whose chunks tc_staging's _Layout swizzles exactly as wgmma's 32-,
 64- and 128-byte modes do when every 8 rows start at a multiple of 8 times the row's bytes), the leading
 byte offset (MN-major: from one 128-byte panel to the next) and the stride byte offset (from 8 rows to
-the next 8). The renderer builds the descriptors from the INDEXes' addresses (uopc/targets/cuda/
-ptx_wgmma.py).
+the next 8), and `pending`: how many groups of the loop's MMAs may still run when an iteration ends
+(1 where tc_staging starts each stage's copies one iteration later, so that the MMAs overlap the next
+iteration's barrier and copies). The renderer builds the descriptors from the INDEXes' addresses and
+places the fences and waits (uopc/targets/cuda/ptx_wgmma.py).
 
 Invariant: the rewrite happens only when, for every thread of the workgroup and every element of every
 fragment, the element it read is where wgmma reads it (checked by evaluating the fragments' row and column
@@ -55,20 +58,21 @@ class WarpgroupMMA:
   acc: str
   a: Operand
   b: Operand
+  pending: int = 0  # groups of the reduction loop's MMAs that may still run when an iteration ends
 
   @property
   def shape(self) -> str: return f"m64n{self.n}k16"
 
   @property
   def arg(self) -> tuple:
-    return (WGMMA, self.shape, self.input, self.acc, tuple(vars(self.a).values()), tuple(vars(self.b).values()))
+    return (WGMMA, self.shape, self.input, self.acc, tuple(vars(self.a).values()), tuple(vars(self.b).values()), self.pending)
 
 
 def warpgroup_arg(arg) -> WarpgroupMMA | None:
   """The WarpgroupMMA a WMMA's arg names, or None for a warp's tensor core."""
-  if not (isinstance(arg, tuple) and len(arg) == 6 and arg[0] == WGMMA): return None
+  if not (isinstance(arg, tuple) and len(arg) == 7 and arg[0] == WGMMA): return None
   n = int(arg[1][len("m64n"):-len("k16")])
-  return WarpgroupMMA(n, arg[2], arg[3], Operand(*arg[4]), Operand(*arg[5]))
+  return WarpgroupMMA(n, arg[2], arg[3], Operand(*arg[4]), Operand(*arg[5]), arg[6])
 
 
 def _value(u: UOp, env: dict) -> int:
@@ -77,12 +81,18 @@ def _value(u: UOp, env: dict) -> int:
 
 
 class _Threads:
-  """Every thread of the workgroup: its ranges' values, warp and lane (32 consecutive threads a warp)."""
+  """Every thread of the workgroup: its ranges' values, its warpgroup, its warp in it and its lane (32
+  consecutive threads a warp, 4 consecutive warps a warpgroup), and the warpgroup as an expression."""
 
   def __init__(self, threads: list[UOp]):
     self.envs = [dict(zip(threads, vals)) for vals in itertools.product(*(range(r.src[0].arg) for r in threads))]
-    self.warp = [t // WARP_SIZE for t in range(len(self.envs))]
+    self.group = [t // WARPGROUP for t in range(len(self.envs))]
+    self.warp = [t // WARP_SIZE % 4 for t in range(len(self.envs))]
     self.lane = [t % WARP_SIZE for t in range(len(self.envs))]
+    self.groups = len(self.envs) // WARPGROUP
+    tid = UOp.const(dtypes.index, 0)
+    for r in threads: tid = tid.alu(Ops.MUL, UOp.const(dtypes.index, r.src[0].arg)).alu(Ops.ADD, r)
+    self.group_index = simplify(tid.alu(Ops.IDIV, UOp.const(dtypes.index, WARPGROUP)))
     self.memo: dict[UOp, list[int]] = {}
 
   def form(self, form: dict) -> list[int]:
@@ -103,18 +113,21 @@ def _positions(frag: UOp, where: dict, th: _Threads) -> tuple | None:
   return ws[0][0], ws[0][1], ws[0][5], [[cells[e][t] for e in range(len(ws))] for t in range(len(th.envs))]
 
 
-def _origin(cells: list, table, along_rows: bool, th: _Threads, warps: bool) -> tuple[int, int] | None:
-  """The fragment's (M or N origin, K origin) where each thread's element e sits at (m + 16 w + g + table[e][0],
-  k + 2 t + table[e][1]) of the operand (w only where `warps`), the tile's rows along M/N (`along_rows`) or K."""
+def _origin(cells: list, table, along_rows: bool, th: _Threads, warps: bool) -> tuple[int, int, int] | None:
+  """(M or N origin of warpgroup 0, its step from one warpgroup to the next, K origin) of a fragment whose
+  element e each thread holds at (mn + 16 w + g + table[e][0], k + 2 t + table[e][1]) of the operand (w, the
+  warp in its warpgroup, only where `warps`), the tile's rows along M/N (`along_rows`) or K; or None."""
+  def origin(t: int) -> tuple[int, int]:
+    r0, c0 = cells[t][0]
+    return (r0 - table[0][0], c0 - table[0][1]) if along_rows else (c0 - table[0][0], r0 - table[0][1])
   def expect(t: int, e: int, mn: int, k: int) -> tuple[int, int]:
     lane = th.lane[t]
     x = mn + (16 * th.warp[t] if warps else 0) + lane // 4 + table[e][0]
     y = k + 2 * (lane % 4) + table[e][1]
     return (x, y) if along_rows else (y, x)
-  r0, c0 = cells[0][0]
-  mn, k = (r0 - table[0][0], c0 - table[0][1]) if along_rows else (c0 - table[0][0], r0 - table[0][1])
-  ok = all(cells[t][e] == expect(t, e, mn, k) for t in range(len(cells)) for e in range(len(table)))
-  return (mn, k) if ok else None
+  (mn, k), step = origin(0), origin(WARPGROUP)[0] - origin(0)[0] if th.groups > 1 else 0
+  ok = all(cells[t][e] == expect(t, e, mn + step * th.group[t], k) for t in range(len(cells)) for e in range(len(table)))
+  return (mn, step, k) if ok else None
 
 
 def _operand(layout, mn_major: bool, extent: int) -> Operand | None:
@@ -126,13 +139,13 @@ def _operand(layout, mn_major: bool, extent: int) -> Operand | None:
   return Operand(mn_major, row, leading, 8 * row)
 
 
-def warpgroup_mmas(body: UOp, where: dict, threads: list[UOp]) -> UOp | None:
+def warpgroup_mmas(body: UOp, where: dict, threads: list[UOp], pending: int = 0) -> UOp | None:
   """`body` (the reduction loop's GROUP of accumulator STOREs, each of a chain of WMMAs over the k steps)
   with each block's WMMAs of a k step as one warpgroup WMMA (module docstring), or None where they are not."""
   if body.op is not Ops.GROUP or not all(isinstance(r.src[0].arg, int) for r in threads): return None
   th = _Threads(threads)
-  if len(th.envs) != WARPGROUP: return None
-  blocks: dict[int, dict[int, tuple]] = {}  # block i -> {column tile j: (store, load, [(a, b) per k step])}
+  if not th.envs or len(th.envs) % WARPGROUP: return None
+  blocks: dict[int, dict[int, tuple]] = {}  # block i (of warpgroup 0) -> {column tile j: (store, load, [steps])}
   for st in body.src:
     chain, x = [], st.src[1] if st.op is Ops.STORE else None
     while x is not None and x.op is Ops.WMMA: chain, x = [x] + chain, x.src[2]
@@ -149,39 +162,41 @@ def warpgroup_mmas(body: UOp, where: dict, threads: list[UOp]) -> UOp | None:
       b_tab = tuple((dn, dk) for dk, dn in tc.b)  # B's table as (N offset, K offset)
       b_rows = _origin(b[3], b_tab, True, th, False)
       b_cols = None if b_rows else _origin(b[3], b_tab, False, th, False)
-      (m, ka), (n, kb) = a_rows or a_cols or (None, None), b_rows or b_cols or (None, None)
-      if m is None or n is None or ka != kb or m % 64 or ka % 16: return None
-      steps.append((a, a_rows is None, b, b_rows is None, m, n, ka))
+      if not (a_rows or a_cols) or not (b_rows or b_cols): return None
+      (m, m_step, ka), (n, n_step, kb) = a_rows or a_cols, b_rows or b_cols
+      if ka != kb or m % 64 or m_step % 64 or ka % 16: return None
+      steps.append((a, a_rows is None, b, b_rows is None, (m, m_step), (n, n_step), ka))
       ij.add((m // 64, n))
     if len(ij) != 1: return None
     (i, n), = ij
     blocks.setdefault(i, {})[n] = (st, x, steps)
-  return _rewrite(blocks)
+  return _rewrite(blocks, th.group_index, pending)
 
 
-def _rewrite(blocks: dict) -> UOp | None:
+def _rewrite(blocks: dict, group: UOp, pending: int) -> UOp | None:
   first = next(iter(next(iter(blocks.values())).values()))
   _, _, steps0 = first
   tc_in = steps0[0][0][0].dtype.base.scalar
   stores = []
+  def at(origin: tuple[int, int]) -> UOp: return _i(origin[0]).alu(Ops.ADD, group.alu(Ops.MUL, _i(origin[1])))
   for i, tiles in sorted(blocks.items()):
     cols = sorted(tiles)
     n0, n = cols[0], 8 * len(cols)
     if cols != list(range(n0, n0 + n, 8)) or not 8 <= n <= 256: return None
     offs = [int(tiles[c][0].src[0].src[1].arg) for c in cols]
     if offs != list(range(offs[0], offs[0] + 4 * len(cols), 4)): return None
-    ks = [[s[6] for s in tiles[c][2]] for c in cols]
+    ks = [[(s[5][1], s[6]) for s in tiles[c][2]] for c in cols]
     if any(k != ks[0] for k in ks): return None
     st, load, steps = tiles[n0]
     acc_dt = load.dtype.scalar
     x = UOp(Ops.LOAD, acc_dt.vec(n // 2), (load.src[0],))
-    for a, a_mn, b, b_mn, m, _, k in steps:
+    for a, a_mn, b, b_mn, m, nb, k in steps:
       (ta, la, base_a, _), (tb, lb, base_b, _) = a, b
       da, db = _operand(la, a_mn, 64), _operand(lb, b_mn, n)
       if da is None or db is None: return None
-      spec = WarpgroupMMA(n, tc_in.name, acc_dt.name, da, db)
-      at_a = la.at(*(_i(m), _i(k)) if not a_mn else (_i(k), _i(m)))
-      at_b = lb.at(*(_i(k), _i(n0)) if b_mn else (_i(n0), _i(k)))
+      spec = WarpgroupMMA(n, tc_in.name, acc_dt.name, da, db, pending)
+      at_a = la.at(*(at(m), _i(k)) if not a_mn else (_i(k), at(m)))
+      at_b = lb.at(*(_i(k), at(nb)) if b_mn else (at(nb), _i(k)))
       ia = UOp(Ops.INDEX, ta.dtype, (ta, simplify(at_a).alu(Ops.ADD, base_a)))
       ib = UOp(Ops.INDEX, tb.dtype, (tb, simplify(at_b).alu(Ops.ADD, base_b)))
       x = UOp(Ops.WMMA, x.dtype, (ia, ib, x), spec.arg)

@@ -88,7 +88,7 @@ class _Kernel:
     self.params = self._params()
     self.async_loads = {u.src[1] for u in self.uops if u.op is Ops.STORE and isinstance(u.arg, tuple) and u.arg[:1] == (ASYNC,)}
     self.wgmma = any(is_wgmma(u) for u in self.uops)  # warpgroup MMAs (uopc/targets/cuda/ptx_wgmma.py)
-    self.wgmma_accs, self.wgmma_open = accumulator_loads(self.uops), False
+    self.wgmma_accs, self.wgmma_open, self.wgmma_pending, self.wgmma_last = accumulator_loads(self.uops), False, 0, None
     self.shared_align = WGMMA_ALIGN if self.wgmma else 16
     # LOCAL buffers in dynamic shared memory, if they need it
     self.shared_offsets, self.shared_bytes = shared_layout(self.uops, self.shared_align)

@@ -18,7 +18,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from uopc.dtype import dtypes
-from uopc.ops import GroupOp, Ops
+from uopc.ops import AxisType, GroupOp, Ops
 from uopc.stages.warpgroup_mma import warpgroup_arg
 from uopc.targets.cuda.ptx_types import _float_t
 from uopc.uop import UOp
@@ -48,11 +48,19 @@ def _quiet(k: _Kernel, u: UOp) -> bool:
 
 
 def before(k: _Kernel, u: UOp) -> None:
-  """Close the open wgmma group before an instruction that needs its results or its tiles."""
-  if k.wgmma_open and not _quiet(k, u):
+  """Close the open wgmma group before an instruction that needs its results or its tiles; at the END
+  of the reduction loop, leave the arg's `pending` groups running (their tiles are not overwritten in the
+  next iteration, uopc.stages.tc_staging's lag) until the first instruction past the loop that is not quiet."""
+  if _quiet(k, u): return
+  if k.wgmma_open:
     k.emit("wgmma.commit_group.sync.aligned")
-    k.emit("wgmma.wait_group.sync.aligned 0")
     k.wgmma_open = False
+    loop_end = u.op is Ops.END and isinstance(u.src[1].arg, tuple) and AxisType.REDUCE in u.src[1].arg
+    k.wgmma_pending = k.wgmma_last.pending if loop_end else 0
+    k.emit(f"wgmma.wait_group.sync.aligned {k.wgmma_pending}")
+  elif k.wgmma_pending:
+    k.emit("wgmma.wait_group.sync.aligned 0")
+    k.wgmma_pending = 0
 
 
 def _descriptor(k: _Kernel, addr, mode: int, leading: int, stride: int) -> str:
@@ -81,3 +89,4 @@ def render_wgmma(k: _Kernel, u: UOp) -> None:
   k.emit(f"wgmma.mma_async.sync.aligned.{spec.shape}.{_float_t(getattr(dtypes, spec.acc))}.{t_in}.{t_in} "
          f"{{{', '.join(d)}}}, {da}, {db}, {scale}, 1, 1, {int(spec.a.mn_major)}, {int(spec.b.mn_major)}")
   k.set_lanes(u, list(d))
+  k.wgmma_last = spec
