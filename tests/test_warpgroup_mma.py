@@ -125,15 +125,28 @@ def test_ptxas_accepts_sm_90a_kernels(tmp_path):
   ptxas_accepts(ptx, "sm_90a", tmp_path)
 
 
+TWO_GROUPS = "TC(2,-1,3,10)"  # two warpgroups of 64 x 256, 3 stages of 48 KiB: the MMAs run into the next iteration
+
+
 @pytest.mark.gpu
-def test_warpgroup_mma_gemms_on_a_hopper_gpu(gpu, tmp_path):  # noqa: F811 (gpu is test_cuda_gpu's fixture)
+@pytest.mark.parametrize("tile", ["one warpgroup", "two warpgroups"])
+def test_warpgroup_mma_gemms_on_a_hopper_gpu(gpu, tmp_path, tile):  # noqa: F811 (gpu is test_cuda_gpu's fixture)
   if gpu.compute_capability() != (9, 0): pytest.skip("wgmma needs an sm_90 GPU")
-  (tmp_path / "wg.uop").write_text(_program())
-  paths = build(tmp_path / "wg.uop", BuildOptions(target="cuda", out_dir=tmp_path / "out", archs=("sm_90a",), schedule=_schedule()))
+  if tile == "one warpgroup":
+    text, schedule, lib_name = _program(), _schedule(), "wg"
+    cases = (("tc_f16", (128, 64, 256), "f16"), ("tc_bf16", (256, 96, 128), "bf16"), ("tct_f16", (128, 64, 128), "f16"))
+  else:
+    text, lib_name = program([gemm_relu(128, 256, 256, "f16"), gemm_relu(256, 320, 256, "bf16")]), "wg2"
+    schedule = parse_schedule([f"wg2__tc_{d}_k0:{TWO_GROUPS}" for d in ("f16", "bf16")])
+    cases = (("tc_f16", (128, 256, 256), "f16"), ("tc_bf16", (256, 320, 256), "bf16"))
+  (tmp_path / f"{lib_name}.uop").write_text(text)
+  paths = build(tmp_path / f"{lib_name}.uop", BuildOptions(target="cuda", out_dir=tmp_path / "out", archs=("sm_90a",), schedule=schedule))
   lib = ctypes.CDLL(str(next(p for p in paths if p.suffix == ".so")))
-  entries = {e.name: e for e in compile_module(load_module(str(tmp_path / "wg.uop")), "cuda", "wg", archs=("sm_90a",), schedule=_schedule())}
-  for name, (m, k, n), dtype in (("tc_f16", (128, 64, 256), "f16"), ("tc_bf16", (256, 96, 128), "bf16"), ("tct_f16", (128, 64, 128), "f16")):
+  module = load_module(str(tmp_path / f"{lib_name}.uop"))
+  entries = {e.name: e for e in compile_module(module, "cuda", lib_name, archs=("sm_90a",), schedule=schedule)}
+  assert all(k.wgmma and "wgmma.mma_async" in k.source for e in entries.values() for k in e.kernels)
+  for name, (m, k, n), dtype in cases:
     x = inputs(m, k, n, dtype, seed=2)
     a = np.ascontiguousarray(x["a"].T) if name == "tct_f16" else x["a"]
-    got = call(gpu, lib, "wg", entries[name], [a, x["b"], x["bias"], np.zeros((m, n), np.float32)])[3]
+    got = call(gpu, lib, lib_name, entries[name], [a, x["b"], x["bias"], np.zeros((m, n), np.float32)])[3]
     assert_gemm_relu(got, x)
