@@ -33,6 +33,8 @@ from uopc.stages.tensor_cores import ASYNC
 # the heuristic's staged schedule on a gemm of M x N (multiples of 64 x 128): 8 x 16 threads, 2 x 2 runs of 4, K depth 8
 STAGED = "SPLIT(2,8,r),SPLIT(1,4,u),SPLIT(1,16,l),SPLIT(1,2,u),SPLIT(0,4,u),SPLIT(0,8,l),SPLIT(0,2,u)"
 # the default tile's shape (8 x 8 consecutive outputs a thread), K depth 8 or 4
+# ... and its wider tile, 2 x 4 runs (8 x 16 outputs a thread, 64 x 256 a workgroup), where that leaves 256 workgroups
+WIDE = STAGED.replace("SPLIT(1,16,l),SPLIT(1,2,u)", "SPLIT(1,16,l),SPLIT(1,4,u)")
 PLAIN8 = "SPLIT(2,8,r),SPLIT(1,8,u),SPLIT(0,8,u),SPLIT(2,16,l),SPLIT(0,8,l)"
 
 
@@ -268,11 +270,12 @@ def _heuristic(f: Func) -> tuple[str, str]:
 
 def test_the_heuristics_stage_large_float32_gemms_only():
   axes, opts = _heuristic(gemm(2048, 2048, 2048))
-  assert (axes, opts) == ("g32 u2 l8 u4 g16 u2 l16 u4 R256 r8", STAGED + ",STAGE(2)")  # K depth 8: a product's two roundings
+  assert (axes, opts) == ("g32 u2 l8 u4 g8 u4 l16 u4 R256 r8", WIDE + ",STAGE(2)")  # K depth 8: a product's two roundings
   for flags in ({"fp_contract": True}, {"fast_math": True}):  # fused multiply-adds need the registers: K depth 4
     out = io.StringIO()
     compile_module(parse_source(gemm(2048, 2048, 2048).text(), "t.uop"), "cuda", "t", PrintOptions(after=frozenset({"optimize"}), out=out), **flags)
-    assert f"# opts: {STAGED.replace('SPLIT(2,8,r)', 'SPLIT(2,4,r)')},STAGE(2)" in out.getvalue().splitlines()
+    assert f"# opts: {WIDE.replace('SPLIT(2,8,r)', 'SPLIT(2,4,r)')},STAGE(2)" in out.getvalue().splitlines()
+  assert _heuristic(gemm(2048, 2048, 1152)) == ("g32 u2 l8 u4 g9 u2 l16 u4 R256 r8", STAGED + ",STAGE(2)")  # 1152: no 256 columns
   assert _heuristic(gemm_t(2048, 512, 1024, True, True))[1].endswith(",STAGE(2)")   # 256 workgroups, both inputs transposed
   assert "STAGE" not in _heuristic(gemm(1024, 1024, 1024))[1]     # 128 workgroups: fewer than the GPU's SMs x 2
   assert "STAGE" not in _heuristic(gemm(2000, 2048, 2000))[1]     # not a multiple of the 64 x 128 tile

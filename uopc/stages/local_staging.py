@@ -32,8 +32,9 @@ from there; the analysis is uopc.stages.tc_staging's (the tensor cores' staging)
   One barrier per iteration.
 
 `staged_gemm` is the heuristic that picks this for a large float32 gemm on -t cuda, with a schedule
-made for it (each thread's 8 x 8 outputs as 2 x 2 runs of 4, the two runs of an axis 4 x its threads
-apart, so that a quarter warp's 16-byte LOCAL reads of b are 128 contiguous bytes: no bank conflict).
+made for it (each thread's 8 x 16 or 8 x 8 outputs as 2 x 4 or 2 x 2 runs of 4, the runs of an axis 4 x
+its threads apart, so that a quarter warp's 16-byte LOCAL reads of b are 128 contiguous bytes: no bank
+conflict).
 
 Invariants: the staged kernel reads exactly the values the unstaged one read and computes in the same
 order (bit for bit the same results); every copy is in bounds (the box is dense and inside what the
@@ -243,8 +244,11 @@ def stage_opt(sink: UOp, opt: Opt, caps: TargetCaps, trace: Trace | None) -> UOp
 # ---- the heuristic ------------------------------------------------------------------------------------------
 
 STAGED_THREADS = (8, 16)   # a staged gemm's workgroup: threads along m and along n (n innermost: lidx0) ...
-STAGED_RUN = 4             # ... each computing 2 x 2 runs of 4 outputs (one 16-byte vector), the two runs of an
-STAGED_RUNS = 2            # axis STAGED_RUN x threads apart: a quarter warp's 16-byte LOCAL reads are contiguous
+STAGED_RUN = 4             # ... each computing runs of 4 outputs (one 16-byte vector), the runs of an axis STAGED_RUN x
+STAGED_RUNS = ((2, 4), (2, 2))  # threads apart (a quarter warp's 16-byte LOCAL reads are contiguous): 2 x 4 runs (8 x 16
+                           # outputs, 64 x 256 a workgroup) where that leaves STAGED_MIN_WORKGROUPS, else 2 x 2. H100,
+                           # gemm 2048: 2 x 4 (233 registers: two workgroups an SM, the 256 in one wave) 0.621-0.625 ms
+                           # against 2 x 2's 0.652-0.653 (138 registers, three an SM: 512 in 1.3 waves); 4 x 2 0.636-0.645
 STAGED_K = (8, 4)          # reduction elements an iteration stages (the tiles' depth: 2 + 4 KiB a stage, 1 + 2 at 4), with
                            # a product's two roundings (mul + add) / fused into one fma: ptxas gives depth 4 126 registers,
                            # 4 workgroups of 128 an SM (8: 141, 167 with fma). On the H100, gemm 2048: 0.697-0.714 ms at depth
@@ -280,13 +284,16 @@ def staged_gemm(plan: _Planner) -> bool:
   tiles of a and b staged; False (nothing applied) where it does not fit or cannot be staged."""
   if plan.caps.name != "cuda" or plan.opts or (shape := _gemm_axes(plan)) is None: return False
   m, n, k = shape
-  tile = {m: STAGED_THREADS[0] * STAGED_RUN * STAGED_RUNS, n: STAGED_THREADS[1] * STAGED_RUN * STAGED_RUNS}
   depth = STAGED_K[plan.caps.fused_products]
-  if any(plan.size(i) % t for i, t in tile.items()) or plan.size(k) % depth or plan.size(k) < 2 * depth: return False
-  if math.prod(plan.size(i) for i in plan.axes(AxisType.GLOBAL)) // (tile[m] * tile[n]) < STAGED_MIN_WORKGROUPS: return False
+  if plan.size(k) % depth or plan.size(k) < 2 * depth: return False
+  outputs = math.prod(plan.size(i) for i in plan.axes(AxisType.GLOBAL))
+  def fits(runs: tuple[int, int]) -> bool:
+    tile = {m: STAGED_THREADS[0] * STAGED_RUN * runs[0], n: STAGED_THREADS[1] * STAGED_RUN * runs[1]}
+    return not any(plan.size(i) % t for i, t in tile.items()) and outputs // (tile[m] * tile[n]) >= STAGED_MIN_WORKGROUPS
+  if (runs := next((r for r in STAGED_RUNS if fits(r)), None)) is None: return False
   splits = {k: [(depth, AxisType.UNROLL)]}
-  for i, threads in ((m, STAGED_THREADS[0]), (n, STAGED_THREADS[1])):  # axis -> (outer, runs, threads, run)
-    splits[i] = [(STAGED_RUN, AxisType.UPCAST), (threads, AxisType.LOCAL), (STAGED_RUNS, AxisType.UPCAST)]
+  for i, threads, r in ((m, STAGED_THREADS[0], runs[0]), (n, STAGED_THREADS[1], runs[1])):  # axis -> (outer, runs, threads, run)
+    splits[i] = [(STAGED_RUN, AxisType.UPCAST), (threads, AxisType.LOCAL), (r, AxisType.UPCAST)]
   trial = _Planner(plan.sink, plan.caps)
   for i in sorted(splits, reverse=True):  # a split renumbers only later axes
     if not all(trial.apply(Opt(OptOp.SPLIT, i, (f, t, False))) for f, t in splits[i]): return False
