@@ -150,3 +150,24 @@ def test_warpgroup_mma_gemms_on_a_hopper_gpu(gpu, tmp_path, tile):  # noqa: F811
     a = np.ascontiguousarray(x["a"].T) if name == "tct_f16" else x["a"]
     got = call(gpu, lib, lib_name, entries[name], [a, x["b"], x["bias"], np.zeros((m, n), np.float32)])[3]
     assert_gemm_relu(got, x)
+
+
+SWEEP = [("f16", (2048, 512, 2048), False), ("bf16", (4096, 256, 4096), False), ("f16", (1536, 1024, 2048), False),
+         ("f16", (4096, 512, 4096), True), ("bf16", (2048, 96, 4096), False), ("f16", (1024, 256, 1024), False)]
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("dtype, shape, transposed", SWEEP)
+def test_sm_90a_heuristics_on_a_hopper_gpu(gpu, tmp_path, dtype, shape, transposed):  # noqa: F811
+  """The sm_90a heuristics' own choice (tile 10, tile 9, or mma.sync for the 64 workgroups of 1024 x 1024)."""
+  if gpu.compute_capability() != (9, 0): pytest.skip("wgmma needs an sm_90 GPU")
+  m, k, n = shape
+  f = transposed_a(m, k, n, dtype) if transposed else gemm_relu(m, k, n, dtype)
+  (tmp_path / "s.uop").write_text(program([f]))
+  paths = build(tmp_path / "s.uop", BuildOptions(target="cuda", out_dir=tmp_path / "out", archs=("sm_90a",)))
+  lib = ctypes.CDLL(str(next(p for p in paths if p.suffix == ".so")))
+  entry = next(e for e in compile_module(load_module(str(tmp_path / "s.uop")), "cuda", "s", archs=("sm_90a",)) if e.name == f.name)
+  assert any(k.wgmma for k in entry.kernels) == (m * n >= 132 * 128 * 128)
+  x = inputs(m, k, n, dtype, seed=5)
+  a = np.ascontiguousarray(x["a"].T) if transposed else x["a"]
+  assert_gemm_relu(call(gpu, lib, "s", entry, [a, x["b"], x["bias"], np.zeros((m, n), np.float32)])[3], x)
