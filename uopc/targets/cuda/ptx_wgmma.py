@@ -36,8 +36,13 @@ def is_wgmma(u: UOp) -> bool: return u.op is Ops.WMMA and warpgroup_arg(u.arg) i
 
 
 def accumulator_loads(uops) -> set[UOp]:
-  """The REG LOADs that feed a warpgroup MMA's accumulator (no copy is made of them)."""
-  return {u.src[2] for u in uops if is_wgmma(u) and u.src[2].op is Ops.LOAD}
+  """The REG LOADs that feed a warpgroup MMA's accumulator and nothing else (no copy is made of them: the
+  MMA works on the REG array's registers in place, which another reader of the LOAD must not see)."""
+  feeds = {u.src[2] for u in uops if is_wgmma(u) and u.src[2].op is Ops.LOAD}
+  users: dict[UOp, int] = {}
+  for u in uops:
+    for s in set(u.src) & feeds: users[s] = users.get(s, 0) + 1
+  return {x for x in feeds if users.get(x) == 1}
 
 
 def _quiet(k: _Kernel, u: UOp) -> bool:
