@@ -44,7 +44,8 @@ $(VENV)/.bench-installed: $(VENV)/.installed
 # verifier (FUZZ_RUNS inputs) and through the pipeline up to Render (a tenth of them), random names through
 # every target, then the differential tests with many more random programs than CI runs, from fresh seeds:
 # the IR-level one (UOPC_FUZZ_SEED=N replays its batches) and the tinygrad one, 170 x 60 = 10^4 programs
-# written with tinygrad's methods on every target (UOPC_TINY_FUZZ_SEED=N replays). The libFuzzer corpus
+# written with tinygrad's methods on every target (UOPC_TINY_FUZZ_SEED=N replays). Each seed is drawn once,
+# printed first, and shared by every worker, so a run that passes can be replayed too. The libFuzzer corpus
 # and any crash land in build/fuzz/.
 FUZZ_RUNS ?= 100000
 fuzz: setup
@@ -52,8 +53,10 @@ fuzz: setup
 	$(PY) tests/fuzz_uop.py -runs=$(FUZZ_RUNS) -max_len=4096 -artifact_prefix=build/fuzz/crashes/ build/fuzz/corpus
 	$(PY) tests/fuzz_uop.py --pipeline -runs=$$(( $(FUZZ_RUNS) / 10 )) -max_len=4096 -artifact_prefix=build/fuzz/crashes/ build/fuzz/corpus
 	UOPC_NAME_FUZZ_EXAMPLES=200 $(PY) -m pytest -q tests/test_hostile_names.py -k random_names
-	UOPC_FUZZ_BATCHES=$${UOPC_FUZZ_BATCHES:-200} UOPC_FUZZ_SEED=$${UOPC_FUZZ_SEED:-random} $(PY) -m pytest -q -n $(JOBS) tests/test_differential.py
-	UOPC_TINY_FUZZ_BATCHES=$${UOPC_TINY_FUZZ_BATCHES:-170} UOPC_TINY_FUZZ_SEED=$${UOPC_TINY_FUZZ_SEED:-random} $(PY) -m pytest -q -n $(JOBS) tests/test_tiny_fuzz.py
+	seed=$${UOPC_FUZZ_SEED:-$$(od -An -N4 -tu4 /dev/urandom | tr -d ' ')}; echo "UOPC_FUZZ_SEED=$$seed"; \
+	UOPC_FUZZ_BATCHES=$${UOPC_FUZZ_BATCHES:-200} UOPC_FUZZ_SEED=$$seed $(PY) -m pytest -q -n $(JOBS) tests/test_differential.py
+	seed=$${UOPC_TINY_FUZZ_SEED:-$$(od -An -N4 -tu4 /dev/urandom | tr -d ' ')}; echo "UOPC_TINY_FUZZ_SEED=$$seed"; \
+	UOPC_TINY_FUZZ_BATCHES=$${UOPC_TINY_FUZZ_BATCHES:-170} UOPC_TINY_FUZZ_SEED=$$seed $(PY) -m pytest -q -n $(JOBS) tests/test_tiny_fuzz.py
 
 clean:
 	rm -rf build dist *.egg-info $(VENV) tests/.pytest_cache tests/.hypothesis
