@@ -10,6 +10,8 @@ import functools
 
 import numpy as np
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 import test_group_reduce
 import uopc.emulator
@@ -186,3 +188,29 @@ def test_a_warpgroup_mma_reading_a_tile_with_no_barrier_is_a_race():
   with pytest.raises(EmulationError, match="missing BARRIER: thread 0 reads element 1 of LOCAL 'ta', which thread 1 wrote"):
     run_kernel(body, {0: np.zeros(1024, np.float16), 1: np.zeros(128, np.float16),
                                                                   2: np.zeros(512, np.float32), 3: np.zeros(512, np.float32)})
+
+
+@settings(max_examples=8, deadline=None, derandomize=True, suppress_health_check=list(HealthCheck))
+@given(st.sampled_from(["f16", "bf16"]), st.sampled_from([128, 256]), st.sampled_from([16, 32, 64, 96, 192]),
+       st.booleans(), st.sampled_from([(9, 1), (9, 2), (10, 1), (10, 3)]))
+def test_random_warpgroup_gemms_equal_their_mma_sync_form(tmp_path_factory, dtype, m, k, transposed, tile_stages):
+  """Random shapes, dtypes, A layouts, tiles and stage counts: the wgmma form in the emulator is bit for bit
+  the mma.sync form of the same opts (where sm_90a gives warpgroup MMAs at all) and within numpy's bound."""
+  tile, stages = tile_stages
+  n = 256
+  opts = f"TC(2,-1,{stages},{tile})"
+  base = tmp_path_factory.mktemp("wg")
+  mp = pytest.MonkeyPatch()
+  try:
+    (base / "a").mkdir(); (base / "b").mkdir()  # noqa: E702
+    try:
+      got, x, wgmmas = _run(base / "a", mp, dtype, (m, k, n), transposed, ("sm_90a",), opts)
+    except Exception as e:  # noqa: BLE001 - a pinned stage count this shape cannot take is refused, located
+      assert "cannot apply" in str(e), e
+      return
+    sync, _, none = _run(base / "b", mp, dtype, (m, k, n), transposed, (), opts)
+  finally:
+    mp.undo()
+  assert not none and wgmmas
+  assert np.array_equal(got.view(np.uint32), sync.view(np.uint32))
+  assert_gemm_relu(got, x)
