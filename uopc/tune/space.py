@@ -32,7 +32,7 @@ from uopc.stages.optimize import (Opt, OptError, OptOp, TargetCaps, apply_opt, a
 from uopc.stages.opts import STAGE_COUNTS, TC_AUTO_STAGES, TC_STAGE_COUNTS, TC_TILES
 from uopc.uop import UOp
 
-SPACE_VERSION = 6
+SPACE_VERSION = 7  # 7: TC_TILES grew the warpgroup tiles 9 and 10
 UPCASTS = (2, 3, 4, 8, 16)
 UNROLLS = (2, 4, 8, 16)
 CPU_GROUPS = (4, 8, 16, 32)
