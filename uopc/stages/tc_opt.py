@@ -197,12 +197,15 @@ TC_BIG_WARPS = ((1, (2,)), (0, (2,)))  # the same for TC_BIG_TILE: 2 x 2 warps, 
 TC_MIN_WORKGROUPS = 132  # ... each only where the workgroups stay at least this many (one per SM of an H100)
 
 
-def _warpgroup_fits(plan: _Planner, tile: int) -> bool:
-  """A warpgroup tile (sm_90a builds) whose workgroup tiles divide the gemm, at least TC_MIN_WORKGROUPS of them."""
-  wm, wn, pm, pn = TC_TILES[tile]
-  m, n = plan.size(0), plan.size(1)
-  if not (isinstance(m, int) and isinstance(n, int)) or m % (16 * wm * pm) or n % (8 * wn * pn): return False
-  return (m // (16 * wm * pm)) * (n // (8 * wn * pn)) >= TC_MIN_WORKGROUPS
+def _warpgroup_fits(plan: _Planner, opt: Opt) -> bool:
+  """A warpgroup tile (sm_90a builds) that applies and leaves at least TC_MIN_WORKGROUPS workgroups (their
+  GLOBAL axes, batch axes included, all of known size)."""
+  try:
+    sink = apply_opt(plan.sink, opt, plan.caps, first=not plan.opts)
+  except OptError:
+    return False
+  sizes = [axis_size(r) for r in kernel_axes(sink) if axis_type(r) is AxisType.GLOBAL]
+  return all(isinstance(s, int) for s in sizes) and math.prod(sizes) >= TC_MIN_WORKGROUPS
 
 
 def tensor_core_heuristics(plan: _Planner) -> bool:
@@ -212,7 +215,8 @@ def tensor_core_heuristics(plan: _Planner) -> bool:
   reduces = plan.axes(AxisType.REDUCE)
   if not plan.caps.tensor_cores or len(reduces) != 1: return False
   for tile in WARPGROUP_TILES[::-1] if plan.caps.warpgroup_mma else ():  # 128 x 256 (two warpgroups), else 128 x 128
-    if _warpgroup_fits(plan, tile) and plan.apply(Opt(OptOp.TC, reduces[0], (-1, TC_AUTO_STAGES, tile))): return True
+    opt = Opt(OptOp.TC, reduces[0], (-1, TC_AUTO_STAGES, tile))
+    if _warpgroup_fits(plan, opt) and plan.apply(opt): return True
   if not plan.apply(Opt(OptOp.TC, reduces[0], (-1,))): return False
   big = sum(u.op is Ops.WMMA for u in plan.sink.toposort()) >= TC_BIG_TILE[0] * TC_BIG_TILE[1]
   groups = math.prod(s for i in (0, 1) if isinstance(s := plan.size(i), int))  # warp tiles: one warp each so far
