@@ -187,10 +187,13 @@ def _comma_list(ctx, param, value: str | None) -> tuple[str, ...] | None:
 @click.option("-o", "out_dir", default=".", show_default=True, type=click.Path(file_okay=False), help="Output directory DIR.")
 @click.option("--emit", default=None, callback=_comma_list, metavar="KINDS",
               help="Comma-separated artifact kinds to write (default: all of the target's); for -t c: "
-                   "source (NAME.c), so (libNAME.so), header (NAME.h).")
+                   "source (NAME.c), so (libNAME.so), header (NAME.h); -t cuda: ptx, fatbin, source, so, header, "
+                   "and ptx:sm_90a, fatbin:sm_90a where it has an sm_90a image (ptx and fatbin include them).")
 @click.option("--arch", "archs", default=None, callback=_comma_list, metavar="ARCHS",
-              help="GPU architectures, comma-separated (cuda: sm_80,sm_90; amd: gfx1100,gfx90a,gfx942). cuda "
-                   "--arch sm_90a alone: large half-precision gemms use Hopper's wgmma (the library runs on sm_90 GPUs only).")
+              help="GPU architectures, comma-separated (default cuda: sm_80,sm_90a; amd: gfx1100,gfx90a,gfx942). cuda: "
+                   "large half-precision gemms use Hopper's wgmma on sm_90a; where the list has other archs too, those "
+                   "kernels get a second image, NAME.sm_90a.ptx/.fatbin, that the library loads on compute capability 9.0 "
+                   "GPUs (--arch sm_90a alone: only that image, sm_90 GPUs only; sm_80,sm_90: no wgmma).")
 @click.option("-O", "opt_level", default="3", show_default=True, type=click.Choice(["0", "1", "2", "3"]),
               help="C optimisation level: -O0 .. -O3.")
 @click.option("--print-before", multiple=True, metavar="STAGE", help="Print each kernel's IR before STAGE (repeatable).")
@@ -241,15 +244,16 @@ def build(file, target, out_dir, emit, archs, opt_level, print_before, print_aft
   except (UnknownStageError, ValueError) as e:
     raise click.UsageError(str(e)) from e
   if tuning_report and not tuning_db: raise click.UsageError("--tuning-report needs --tuning DB.json")
+  variant_schedules = {}
   if tuning_db:
-    from uopc.tune.command import build_schedule
+    from uopc.tune.command import build_schedules
     from uopc.tune.kernels import numeric_modes
-    schedule = build_schedule(file, tuning_db, target, name, archs or (), cpu, schedule, tuning_report,
-                              modes=numeric_modes(fp_contract == "fast", allow_tf32))
+    schedule, variant_schedules = build_schedules(file, tuning_db, target, name, archs or (), cpu, schedule, tuning_report,
+                                                  modes=numeric_modes(fp_contract == "fast", allow_tf32))
   out = Path(out_dir)
   depfile = Path(dep_file) if dep_file else (out / f"{name}.d" if make_deps else None)
   run_build(file, BuildOptions(resolved, out, emit, int(opt_level), print_before, print_after, None, depfile, name, archs or (), allow_custom=allow_custom,
-                               schedule=schedule, fast_math=fast_math, fp_contract=fp_contract == "fast",
+                               schedule=schedule, variant_schedules=variant_schedules, fast_math=fast_math, fp_contract=fp_contract == "fast",
                                allow_tf32=allow_tf32, cpu=cpu))
 
 

@@ -83,6 +83,9 @@ class BuildOptions:
   name: str | None = None          # NAME; defaults to the input's file stem
   archs: tuple[str, ...] = ()      # GPU architectures; () means the target's defaults
   schedule: Mapping[str, tuple] | None = None  # kernel name -> the opts --opts pins (uopc.stages.optimize)
+  # the schedule of each arch variant (Target.arch_variants), by its archs: --opts and a tuning database's entries for
+  # those archs; a variant missing here gets `schedule`
+  variant_schedules: Mapping[tuple[str, ...], Mapping[str, tuple]] = field(default_factory=dict)
   allow_custom: bool = False       # compile CUSTOM/CUSTOMI (unchecked target source text)
   fast_math: bool = False          # allow the targets' approximate instructions (below the accuracy bar of the README)
   fp_contract: bool = False        # --fp-contract=fast: fuse float ADD(MUL) into one multiply-add (cuda, amd)
@@ -109,12 +112,14 @@ def check_target(target: str | Target) -> Target:
 
 
 def check_emit(target: Target, emit: tuple[str, ...] | None, archs: tuple[str, ...]) -> tuple[str, ...]:
+  """The artifact kinds to write: `emit` (None: all), each with its arch variants' (`KIND:ARCHS`, e.g. the
+  `ptx:sm_90a` of `ptx`)."""
   kinds = tuple(target.artifacts("NAME", archs))
   if emit is None: return kinds
   if bad := [k for k in emit if k not in kinds]:
     raise CompileError([error(None, f"target {target.name} has no artifact {', '.join(map(repr, bad))}",
                               f"artifacts of -t {target.name}: {', '.join(kinds)}")])
-  return emit
+  return tuple(dict.fromkeys(k for e in emit for k in kinds if k == e or k.startswith(f"{e}:")))
 
 
 def build(path: str | Path, opts: BuildOptions = BuildOptions()) -> list[Path]:
@@ -130,13 +135,22 @@ def build(path: str | Path, opts: BuildOptions = BuildOptions()) -> list[Path]:
     return _build(path, opts, target, archs, emit, name)
 
 
+def arch_variants(target: Target, archs: tuple[str, ...], opts: BuildOptions) -> tuple:
+  """The ArchVariants (uopc.pipeline) of a build of `target` for `archs`, each with its schedule."""
+  from uopc.pipeline import ArchVariant
+  groups = target.arch_variants(archs) if target.arch_variants else ()
+  return tuple(ArchVariant(g, opts.variant_schedules.get(g, opts.schedule)) for g in groups)
+
+
 def _build(path: str | Path, opts: BuildOptions, target: Target, archs: tuple[str, ...], emit: tuple[str, ...], name: str) -> list[Path]:
-  entries = _lower(str(path), opts, target, name, cpu_vector_bytes(opts.cpu, opts.env), archs)
+  variants = arch_variants(target, archs, opts)
+  entries = _lower(str(path), opts, target, name, cpu_vector_bytes(opts.cpu, opts.env), archs, variants)
   outputs = {k: opts.out_dir / f for k, f in target.artifacts(name, archs).items() if k in emit}
   opts.out_dir.mkdir(parents=True, exist_ok=True)
   staging = Path(tempfile.mkdtemp(prefix=f".{name}.uopc-", dir=opts.out_dir))
   try:
-    staged = target.build(BuildRequest(staging, name, entries, emit, opts.opt_level, archs, opts.env, cpu_flags(opts.cpu)))
+    staged = target.build(BuildRequest(staging, name, entries, emit, opts.opt_level, archs, opts.env, cpu_flags(opts.cpu),
+                                       tuple(v.archs for v in variants)))
     if opts.depfile is not None:
       staged[opts.depfile] = staging / "deps.d"
       staged[opts.depfile].write_text(make_dependencies(list(outputs.values()), [Path(path)]))
@@ -148,7 +162,7 @@ def _build(path: str | Path, opts: BuildOptions, target: Target, archs: tuple[st
   return list(outputs.values()) + ([opts.depfile] if opts.depfile is not None else [])
 
 
-def _lower(path: str, opts: BuildOptions, target: Target, name: str, vector_bytes: int, archs: tuple[str, ...] = ()):
+def _lower(path: str, opts: BuildOptions, target: Target, name: str, vector_bytes: int, archs: tuple[str, ...] = (), variants: tuple = ()):
   from uopc.frontend import load_module
   from uopc.verify import verify_module
   module = load_module(path)
@@ -158,7 +172,7 @@ def _lower(path: str, opts: BuildOptions, target: Target, name: str, vector_byte
   for d in diags: current().report(d, module.text)
   printing = PrintOptions(frozenset(opts.print_before), frozenset(opts.print_after), opts.print_out or sys.stdout)
   return compile_module(module, target, name, printing, opts.schedule, opts.fast_math, vector_bytes, archs,
-                        opts.fp_contract, opts.allow_tf32)
+                        opts.fp_contract, opts.allow_tf32, variants)
 
 
 def _custom_code(module) -> list:

@@ -93,6 +93,8 @@ class EntryKernels:
   notes: tuple[str, ...] = ()  # how a multi-device entry's arguments hold its sharded buffers (the header says it)
   constants: tuple[tuple[int, bytes], ...] = ()  # (kernel buffer slot, data): embedded constant data (uopc.embedded_data)
   collectives: tuple[Any, ...] = ()  # Collective-shaped (uopc.stages.kernel_program): launches a launcher may replace
+  variants: tuple[tuple[Any, ...], ...] = ()  # the kernels of each arch variant of the build (uopc.pipeline.ArchVariant), in
+  # kernel order: a kernel of the build's own where the variant has none of its own (the same object)
 
 
 @dataclass(frozen=True)

@@ -145,38 +145,80 @@ def _print(opts: PrintOptions, when: str, stage: str, kernel: str, value: Any) -
   opts.out.write(f"# *** IR {when} {stage}: {kernel} ***\n{text}{'' if text.endswith(chr(10)) else chr(10)}")
 
 
-def run_kernel_stages(stages: Sequence[Stage], sink: UOp, name: str, opts: PrintOptions) -> Any:
-  """Run the kernel-level stages on one kernel, printing where asked; returns the last stage's value."""
-  value = sink
+def run_kernel_stages(stages: Sequence[Stage], sink: UOp, name: str, opts: PrintOptions, shown: str | None = None) -> Any:
+  """Run the kernel-level stages on one kernel, printing where asked (as `shown`, default `name`); returns
+  the last stage's value."""
+  value, shown = sink, shown or name
   for stage in stages:
-    if stage.name in opts.before: _print(opts, "before", stage.name, name, value)
+    if stage.name in opts.before: _print(opts, "before", stage.name, shown, value)
     value = stage.run(value, name)
-    if stage.name in opts.after: _print(opts, "after", stage.name, name, value)
+    if stage.name in opts.after: _print(opts, "after", stage.name, shown, value)
   return value
+
+
+@dataclass(frozen=True)
+class ArchVariant:
+  """Archs of a build whose kernels may differ from the other archs' (`Target.arch_variants`: sm_90a's
+  warpgroup MMAs where a build mixes sm_90a with other archs). A kernel gets a variant of its own only where
+  Optimize, for these archs, makes it use what only they have (`KernelSchedule.arch_specific`); every other
+  kernel of the variant is the build's own (the same object). `schedule`: the opts pinned for these archs
+  (--opts, a tuning database's entries for them); the other kernels get the heuristics."""
+  archs: tuple[str, ...]
+  schedule: Mapping[str, tuple] | None = None
+
+  @property
+  def label(self) -> str: return ",".join(self.archs)
 
 
 def compile_module(module: Module, target: str | Target, lib_name: str, opts: PrintOptions = PrintOptions(),
                    schedule: Mapping[str, tuple] | None = None, fast_math: bool = False,
                    vector_bytes: int | None = None, archs: tuple[str, ...] = (), fp_contract: bool = False,
-                   allow_tf32: bool = False) -> list[EntryKernels]:
+                   allow_tf32: bool = False, variants: Sequence[ArchVariant] = ()) -> list[EntryKernels]:
   """Every entry of `module` lowered through `target`'s pipeline to its rendered kernels; `schedule`
   pins the opts of the kernels it names (see uopc.stages.optimize.parse_schedule); `vector_bytes` and
-  `archs`: see `pipeline`."""
+  `archs`: see `pipeline`. Each entry's `variants` holds its kernels for each of `variants` (ArchVariant),
+  in order."""
   if not module.entries: raise CompileError([error(None, f"{module.path} has no entries: nothing to build")])
   stages = pipeline(target, module.loc_of, schedule, module.relocate, fast_math, vector_bytes, archs, fp_contract, allow_tf32)
   kernel_stages = [s for s in stages if s.name not in TENSOR_STAGES]
+  lower = _Lowering(kernel_stages, tuple((v.label, [s for s in pipeline(target, module.loc_of, v.schedule, module.relocate, fast_math, vector_bytes,
+                                                                              v.archs, fp_contract, allow_tf32) if s.name not in TENSOR_STAGES])
+                                         for v in variants), replace(opts, names=module.names))
   prefix = c_identifier(lib_name)
-  opts = replace(opts, names=module.names)
   progress.expect(len(module.entries))
-  entries = [_compile_entry(stages, kernel_stages, module, e, prefix, opts) for e in module.entries]
+  entries = [_compile_entry(stages, lower, module, e, prefix) for e in module.entries]
   _check_scheduled(schedule or {}, [k.name for e in entries for k in e.kernels])
   return entries
 
 
-def _compile_entry(stages: Sequence[Stage], kernel_stages: Sequence[Stage], module: Module, e: Entry, prefix: str,
-                   opts: PrintOptions) -> EntryKernels:
-  if e.kind == "func": done = _compile_func_entry(stages, module, e, prefix, opts)
-  else: done = EntryKernels(e.name, (run_kernel_stages(kernel_stages, e.sink, kernel_name(prefix, e.name, 0), opts),), unused=e.unused)
+@dataclass(frozen=True)
+class _Lowering:
+  """The kernel-level stages of a build and of each of its arch variants (label, stages), and what to print."""
+  stages: Sequence[Stage]
+  variants: tuple[tuple[str, Sequence[Stage]], ...]
+  opts: PrintOptions
+
+  def kernel(self, sink: UOp, name: str) -> tuple[Any, tuple[Any, ...]]:
+    """Kernel `name` lowered from `sink`, and its kernel in each variant."""
+    done = run_kernel_stages(self.stages, sink, name, self.opts)
+    return done, tuple(self._variant(stages, sink, name, done, label) for label, stages in self.variants)
+
+  def _variant(self, stages: Sequence[Stage], sink: UOp, name: str, done: Any, label: str) -> Any:
+    """The variant's own kernel where Optimize makes it arch-specific (printed as `name [label]`), else `done`."""
+    optimize, rest = stages[0], stages[1:]
+    scheduled = optimize.run(sink, name)
+    if not scheduled.arch_specific: return done
+    shown = f"{name} [{label}]"
+    if optimize.name in self.opts.before: _print(self.opts, "before", optimize.name, shown, sink)
+    if optimize.name in self.opts.after: _print(self.opts, "after", optimize.name, shown, scheduled)
+    return run_kernel_stages(rest, scheduled, name, self.opts, shown)
+
+
+def _compile_entry(stages: Sequence[Stage], lower: _Lowering, module: Module, e: Entry, prefix: str) -> EntryKernels:
+  if e.kind == "func": done = _compile_func_entry(stages, lower, module, e, prefix)
+  else:
+    kernel, variants = lower.kernel(e.sink, kernel_name(prefix, e.name, 0))
+    done = EntryKernels(e.name, (kernel,), unused=e.unused, variants=tuple((v,) for v in variants))
   progress.step(e.name)
   return done
 
@@ -186,11 +228,11 @@ def _counted(kernel, name: str):
   return kernel
 
 
-def _compile_func_entry(stages: Sequence[Stage], module: Module, e: Entry, prefix: str, opts: PrintOptions) -> EntryKernels:
+def _compile_func_entry(stages: Sequence[Stage], lower: _Lowering, module: Module, e: Entry, prefix: str) -> EntryKernels:
   """A tensor program, first lowered to one program per device when it runs on tuples of devices."""
   from uopc.stages.multi_device import lower_entry
   e, notes = lower_entry(e, module)
-  entry = _compile_tensor_entry(stages, _with_unused_params(e), prefix, e.name, replace(opts, names=module.names))
+  entry = _compile_tensor_entry(stages, lower, _with_unused_params(e), prefix, e.name)
   return replace(entry, unused=e.unused, shapes=_declared_shapes(e), notes=notes)
 
 
@@ -216,16 +258,17 @@ def _check_scheduled(schedule: Mapping[str, tuple], kernels: list[str]) -> None:
                         for k in unknown])
 
 
-def _compile_tensor_entry(stages: Sequence[Stage], sink: UOp, prefix: str, entry: str, opts: PrintOptions) -> EntryKernels:
+def _compile_tensor_entry(stages: Sequence[Stage], lower: _Lowering, sink: UOp, prefix: str, entry: str) -> EntryKernels:
   """callify, rangeify and plan on the whole program, the kernel-level stages on each of its distinct
   kernels (a CALL's body compiles once, whatever the number of call sites)."""
   from uopc.launcher import Workspace
-  schedule = run_kernel_stages([s for s in stages if s.name in TENSOR_STAGES], sink, entry, opts)
-  kernel_stages = [s for s in stages if s.name not in TENSOR_STAGES]
+  schedule = run_kernel_stages([s for s in stages if s.name in TENSOR_STAGES], sink, entry, lower.opts)
   progress.expect(len(schedule.kernels))
-  kernels = tuple(_counted(run_kernel_stages(kernel_stages, k, kernel_name(prefix, entry, i), opts), kernel_name(prefix, entry, i)) for i, k in enumerate(schedule.kernels))
+  done = [_counted(lower.kernel(k, kernel_name(prefix, entry, i)), kernel_name(prefix, entry, i)) for i, k in enumerate(schedule.kernels)]
+  kernels = tuple(k for k, _ in done)
+  variants = tuple(tuple(v[j] for _, v in done) for j in range(len(lower.variants)))
   workspace = Workspace(schedule.workspace_size, tuple((p.buffer.slot, p.offset) for p in schedule.placements), schedule.device_spans)
   bound = {b.slot for ln in schedule.launches for _, b in ln.binds}
   constants = tuple((b.slot, b.data) for b in schedule.buffers if b.data is not None and b.slot in bound)
   return EntryKernels(entry, kernels, workspace if schedule.placements else None, schedule.launches, constants=constants,
-                      collectives=schedule.collectives)
+                      collectives=schedule.collectives, variants=variants)

@@ -74,6 +74,7 @@ from uopc.ops import AxisType, Ops
 from uopc.stages.opts import TC_AUTO_STAGES, Opt, OptOp, parse_opts, parse_schedule  # noqa: F401 (the opts' home; re-exported)
 from uopc.stages.tensor_cores import CUDA_TENSOR_CORES, TF32_TENSOR_CORE, TensorCore
 from uopc.stages.accumulators import accumulator_first
+from uopc.stages.warpgroup_mma import warpgroup_arg
 from uopc.symbolic import INT_DIVISIONS, divide_where, simplify
 from uopc.uop import UOp
 
@@ -378,6 +379,12 @@ class KernelSchedule:
   sink: UOp
   opts: tuple[Opt, ...]
   caps: TargetCaps
+
+  @property
+  def arch_specific(self) -> bool:
+    """It uses instructions that only some archs of a build have (sm_90a's warpgroup MMAs): a build that
+    mixes those archs with others gives it a variant of its own (uopc.pipeline)."""
+    return any(u.op is Ops.WMMA and warpgroup_arg(u.arg) is not None for u in self.sink.toposort())
 
   def format(self) -> str:
     from uopc.frontend import print_uops

@@ -35,6 +35,7 @@ class BuildRequest:
   archs: tuple[str, ...] = ()    # GPU architectures (--arch); () means the target's defaults
   env: Mapping[str, str] = field(default_factory=lambda: os.environ)
   cpu_flags: tuple[str, ...] = ()  # -t c: the compiler flags of --cpu (uopc.driver.cpu_flags)
+  variants: tuple[tuple[str, ...], ...] = ()  # the archs of each arch variant whose kernels the entries' `variants` hold
 
 
 @dataclass(frozen=True)
@@ -46,6 +47,9 @@ class Target:
   build: Callable[[BuildRequest], dict[str, Path]]  # writes the requested kinds, returns {kind: path}
   default_archs: tuple[str, ...] = ()
   local_bytes: Callable[[str], int] | None = None  # GPU: the LOCAL (shared) memory a workgroup may use on an arch (None: 48 KiB)
+  # GPU: the groups of a build's archs that get kernels of their own where a kernel can use what only they have
+  # (uopc.pipeline.ArchVariant; the build's own kernels serve the other archs); None: one kernel for all archs
+  arch_variants: Callable[[tuple[str, ...]], tuple[tuple[str, ...], ...]] | None = None
 
   def render_stage(self, loc_of: Callable[[Any], Loc | None], fast_math: bool = False) -> Callable[[Any, str], Any]:
     return lambda linear, kernel_name: self.render(linear, kernel_name, loc_of, fast_math)

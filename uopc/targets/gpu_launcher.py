@@ -3,23 +3,41 @@ the launches of an entry's kernels and the layout of the C file. Each launcher k
 runtime loader, the wrapper around the launches (how a workspace is had and freed) and its status codes."""
 from __future__ import annotations
 
-from typing import Callable, Sequence
+from dataclasses import replace
+from typing import Any, Callable, Sequence
 
 from uopc.embedded_data import slot_data
-from uopc.launcher import EntryArg, EntryKernels, c_identifier, launched, metadata_tables
+from uopc.launcher import BoundKernel, EntryArg, EntryKernels, c_identifier, launched, metadata_tables
 from uopc.targets.geometry import launch_block
 
 
 def entry_launches(prefix: str, entry: EntryKernels, args: list[EntryArg], first: int, workspace_local: str,
-                   on_error: str, indent: str, table: Sequence[bytes] = (), data_local: str = "", shared: bool = False) -> list[str]:
+                   on_error: str, indent: str, table: Sequence[bytes] = (), data_local: str = "", shared: bool = False,
+                   variants: Sequence[tuple[str, Sequence[Any]]] = ()) -> list[str]:
   """The C statements that launch each of `entry`'s kernels (see `launch_block` for `workspace_local`,
   `data_local`, `on_error`, `indent` and `shared`); `first` is the index of its first kernel in the loader's
-  function table, `table` the library's constant data (`uopc.embedded_data.data_table`)."""
+  function table, `table` the library's constant data (`uopc.embedded_data.data_table`). `variants`: (C
+  condition, the entry's kernels) of each other image the library may have loaded (an arch variant, uopc.pipeline):
+  a launch whose kernel differs there has its own launch under the condition (its geometry and shared memory)."""
   by_key = {(a.kind, a.key): a for a in args}
   offsets = dict(entry.workspace.offsets) if entry.workspace else {}
   datas = slot_data(entry, table)
-  return [line for i, kernel in launched(entry)
-          for line in launch_block(prefix, first + i, kernel, by_key, offsets, workspace_local, on_error, indent, datas, data_local, shared)]
+  def block(i: int, kernel: Any, pad: str) -> list[str]:
+    return launch_block(prefix, first + i, kernel, by_key, offsets, workspace_local, on_error, indent + pad, datas, data_local, shared)
+  others = [(cond, launched(replace(entry, kernels=tuple(kernels)))) for cond, kernels in variants]
+  lines = []
+  for n, (i, kernel) in enumerate(launched(entry)):
+    own = [(cond, runs[n][1]) for cond, runs in others if _unbound(runs[n][1]) is not _unbound(kernel)]
+    if not own:
+      lines += block(i, kernel, "")
+      continue
+    for j, (cond, other) in enumerate(own):
+      lines += [f"{indent}{'} else if' if j else 'if'} ({cond}) {{", *block(i, other, "  ")]
+    lines += [f"{indent}}} else {{", *block(i, kernel, "  "), f"{indent}}}"]
+  return lines
+
+
+def _unbound(kernel: Any) -> Any: return kernel.kernel if isinstance(kernel, BoundKernel) else kernel
 
 
 def data_of(prefix: str, functions: str, ctype: str) -> str:

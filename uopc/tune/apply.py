@@ -9,6 +9,7 @@ an entry whose opts no longer apply. Notes go to stderr always; `--tuning-report
 """
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 from typing import Mapping
 
@@ -87,8 +88,14 @@ def _stale(k: Kernel, entries: Mapping[str, tuning_db.Entry], target: str, archs
   return f"kernel {k.name}: the database's entry {stale[0]} is stale ({why}); it gets the heuristics"
 
 
-def format_report(db_path: str, uses: list[Use]) -> str:
+def base_arch(arch: str) -> str:
+  """A GPU arch without its arch-specific or family suffix (sm_90a -> sm_90)."""
+  return re.sub(r"(?<=\d)[af]$", "", arch)
+
+
+def format_report(db_path: str, uses: list[Use], label: str = "") -> str:
+  """The report of `--tuning-report`; `label`: the arch variant whose kernels `uses` are."""
   used = sum(u.source == "database" for u in uses)
-  lines = [f"tuning report ({db_path}): {used} of {len(uses)} kernels from the database"]
+  lines = [f"tuning report ({db_path}{f', {label} variant' if label else ''}): {used} of {len(uses)} kernels from the database"]
   lines += [f"  {u.kernel}: {u.source}" + (f": {u.detail}" if u.detail else "") for u in uses]
   return "\n".join(lines)

@@ -50,13 +50,31 @@ def tune(file: str, db_path: str, options, progress_stream: TextIO | None = None
 
 def build_schedule(file: str, db_path: str, target: str, name: str, archs: tuple[str, ...], cpu: str,
                    pinned: Mapping[str, tuple] | None, report: bool, out: TextIO | None = None,
-                   modes: tuple[str, ...] = ()) -> dict[str, tuple]:
-  """`uopc build --tuning`: the schedule to build with; notes (and with `report`, the report) to `out`."""
+                   modes: tuple[str, ...] = (), label: str = "") -> dict[str, tuple]:
+  """`uopc build --tuning`: the schedule to build with; notes (and with `report`, the report) to `out`;
+  `label` names an arch variant's kernels in the report."""
   import os
   from uopc.tune.apply import format_report, tuned_schedule
   out = out or sys.stderr
   schedule, uses = tuned_schedule(file, db_path, target, name, archs, cpu, pinned, os.environ, modes)
   for u in uses:
     if u.note: out.write(f"uopc: note: {db_path}: {u.note}\n")
-  if report: out.write(format_report(db_path, uses) + "\n")
+  if report: out.write(format_report(db_path, uses, label) + "\n")
   return schedule
+
+
+def build_schedules(file: str, db_path: str, target: str, name: str, archs: tuple[str, ...], cpu: str,
+                    pinned: Mapping[str, tuple] | None, report: bool, out: TextIO | None = None,
+                    modes: tuple[str, ...] = ()) -> tuple[dict[str, tuple], dict[tuple[str, ...], dict[str, tuple]]]:
+  """`build_schedule` for the build's own kernels and for each arch variant's (Target.arch_variants), by its
+  archs. The variant's kernels take the entries tuned for its archs (sm_90a, with warpgroup MMAs); the build's
+  own kernels those of its other archs and of the variant archs' base (sm_90a -> sm_90: the same GPUs, no
+  arch-specific instructions), so entries tuned on a GPU for its plain arch serve default builds."""
+  from uopc.targets import get_target
+  from uopc.tune.apply import base_arch
+  t = get_target(target)
+  archs = archs or t.default_archs
+  groups = t.arch_variants(archs) if t.arch_variants else ()
+  own = tuple(dict.fromkeys(base_arch(a) if any(a in g for g in groups) else a for a in archs))
+  schedule = build_schedule(file, db_path, target, name, own, cpu, pinned, report, out, modes)
+  return schedule, {g: build_schedule(file, db_path, target, name, g, cpu, pinned, report, out, modes, ",".join(g)) for g in groups}

@@ -6,7 +6,9 @@ opaque typedef, the same type as the runtime's cudaStream_t: no CUDA header is n
 per device for a multi-device entry (`uopc/targets/cuda/multi_device.py`); buffers are device pointers. The library embeds the fatbin (or, without one, the PTX text) and at first use
 loads `libcuda.so.1` with dlopen (pthread_once) and calls `cuInit`. The module is loaded into the
 calling thread's current context (`cuCtxGetCurrent`) once per context, under a mutex, and its
-functions kept. Each launch's grid and block come from the kernel's SPECIALs (the same geometry
+functions kept. A library with an arch variant's image (sm_90a's, uopc/targets/cuda/target.py) loads it
+in a context whose device has its compute capability (cuDeviceGetAttribute), its own image elsewhere,
+and launches each kernel with the geometry and shared memory of the image its context loaded. Each launch's grid and block come from the kernel's SPECIALs (the same geometry
 the PTX assumes); symbolic sizes are computed from the DEFINE_VAR arguments, an empty grid launches
 nothing. A kernel with dynamic shared memory (past 48 KiB, `CudaKernel.shared_bytes`) has it opted in
 once per function when its module is loaded (cuFuncSetAttribute, MAX_DYNAMIC_SHARED_SIZE_BYTES) and
@@ -31,7 +33,9 @@ describes each, through cuGetErrorString / ncclGetErrorString for the driver's a
 """
 from __future__ import annotations
 
-from typing import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Sequence
 
 from uopc.embedded_data import c_arrays, data_table, slot_data
 from uopc.launcher import (EntryArg, EntryKernels, header_file, arg_checks, c_identifier, c_param, c_string, entry_accessors, entry_notes,
@@ -48,6 +52,20 @@ CUDA_STATUS = (("UOPC_CUDA_ERR_NO_DRIVER", 100, "libcuda.so.1 (the CUDA driver) 
                                                     "(build it for this GPU's --arch)"),
                ("UOPC_CUDA_ERR_DRIVER", 1000, "the CUDA driver reported an error"))
 MAX_CONTEXTS = 64
+CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR, CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR = 75, 76
+
+
+@dataclass(frozen=True)
+class Image:
+  """Device code the library embeds: a fatbin, or PTX text ending in NUL, with the library's kernels in order.
+  The first image is the library's own; each other one is an arch variant's (uopc.pipeline.ArchVariant,
+  `label` its archs), loaded instead on GPUs of its `compute_capability` (major * 10 + minor). `files`: the
+  artifacts it was made from (the build's concern)."""
+  data: bytes
+  kernels: tuple[Any, ...]
+  files: tuple[Path, ...] = ()
+  label: str = ""
+  compute_capability: int = 0
 _DRIVER_FUNCTIONS = (  # (field, symbol, signature)
   ("Init", "cuInit", "CUresult (*{})(unsigned)"),
   ("CtxGetCurrent", "cuCtxGetCurrent", "CUresult (*{})(CUcontext*)"),
@@ -153,7 +171,7 @@ def render_header(name: str, entries: Sequence[EntryKernels]) -> str:
    uopc_status (a failed argument check: nothing is queued) or a UOPC_CUDA_ERR_* code;
    {prefix}_strerror(code) describes it. The CUDA driver (libcuda.so.1) is loaded at first use; the
    kernels run in the calling thread's current context (the runtime's current device), where the
-   library loads its module once. Link with -l{name} -ldl -lpthread.{_MULTI_DOC.format(prefix=prefix) if multi else ""} */"""
+   library loads its module once (on H100/H200, its sm_90a kernels where it has them). Link with -l{name} -ldl -lpthread.{_MULTI_DOC.format(prefix=prefix) if multi else ""} */"""
   declarations = f"""{_header_types()}
 
 /* The entries. */
@@ -161,9 +179,51 @@ def render_header(name: str, entries: Sequence[EntryKernels]) -> str:
   return header_file(prefix, comment, guard, declarations)
 
 
-def _image(prefix: str, image: bytes) -> str:
+def _image(prefix: str, image: bytes, i: int = 0) -> str:
+  """The C array of image i (`PREFIX__image`, then `PREFIX__image_1`, ...)."""
   rows = [", ".join(str(b) for b in image[j:j + 24]) for j in range(0, len(image), 24)]
-  return f"static const unsigned char {prefix}__image[] __attribute__((aligned(16))) = {{\n  " + ",\n  ".join(rows) + "\n};"
+  return f"static const unsigned char {prefix}__image{f'_{i}' if i else ''}[] __attribute__((aligned(16))) = {{\n  " + ",\n  ".join(rows) + "\n};"
+
+
+VARIANT_FUNCTIONS = (  # loaded only by libraries with arch variants, which pick the image by the context's device
+  ("CtxGetDevice", "cuCtxGetDevice", "CUresult (*{})(int*)"),
+  ("DeviceGetAttribute", "cuDeviceGetAttribute", "CUresult (*{})(int*, int, int)"),
+)
+
+
+def _images(p: str, images: Sequence[Image]) -> tuple[str, str]:
+  """The embedded images (declarations), and the statements of `load_module(c)` that load context c's: the
+  arch variant made for its device's compute capability, else the library's own (image 0)."""
+  arrays = "\n".join(_image(p, image.data, i) for i, image in enumerate(images))
+  if len(images) == 1: return arrays, f"  CUresult err = {p}__cu.ModuleLoadData(&module, {p}__image);\n"
+  names = ", ".join(f"{p}__image{f'_{i}' if i else ''}" for i in range(len(images)))
+  decls = f"""{arrays}
+/* the images: the library's own, then each arch variant's ({', '.join(i.label for i in images[1:])}), loaded on a GPU of
+   its compute capability (major * 10 + minor) */
+enum {{ {p}__NUM_IMAGES = {len(images)} }};
+static const unsigned char* const {p}__images[{p}__NUM_IMAGES] = {{{names}}};
+static const int {p}__image_capability[{p}__NUM_IMAGES] = {{{', '.join(str(i.compute_capability) for i in images)}}};"""
+  load = f"""  int device = 0, major = 0, minor = 0, v = 0;  /* the image for this context's GPU */
+  CUresult err = {p}__cu.CtxGetDevice(&device);
+  if (err == 0) err = {p}__cu.DeviceGetAttribute(&major, {CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR}, device);
+  if (err == 0) err = {p}__cu.DeviceGetAttribute(&minor, {CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR}, device);
+  if (err != 0) return UOPC_CUDA_ERR_DRIVER + err;
+  for (int i = 1; i < {p}__NUM_IMAGES; i++)
+    if ({p}__image_capability[i] == major * 10 + minor) v = i;
+  {p}__variants[c] = v;
+  err = {p}__cu.ModuleLoadData(&module, {p}__images[v]);
+"""
+  return decls, load
+
+
+def _variant_of(p: str) -> str:
+  """C: `PREFIX__variants[N]`, the image each context loaded, and `PREFIX__variant_of(fns)`, that of the context
+  whose function table row `fns` is."""
+  return f"""static int {p}__variants[{p}__MAX_CONTEXTS];
+static int {p}__variant_of(const void* fns) {{
+  return {p}__variants[((const char*)fns - (const char*){p}__functions) / sizeof({p}__functions[0])];
+}}
+"""
 
 
 SHARED_FUNCTIONS = (  # loaded only by libraries with kernels of dynamic shared memory
@@ -173,13 +233,17 @@ CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES = 8
 CUDA_ERROR_INVALID_VALUE = 1  # what cuFuncSetAttribute answers for more than the device's opt-in maximum
 
 
-def _shared(p: str, shared: Sequence[int]) -> tuple[str, str]:
-  """The dynamic shared memory of each kernel (declarations), and the statements of `load_module(c)`
-  that opt each kernel that has some in to it, once per function."""
-  if not any(shared): return "", ""
-  decls = f"static const int {p}__shared_bytes[{p}__NUM_KERNELS] = {{{', '.join(map(str, shared))}}};\n"
-  load = f"""    if ({p}__shared_bytes[k] > 0) {{  /* more than the 48 KiB every GPU gives: opt in */
-      err = {p}__cu.FuncSetAttribute({p}__functions[c][k], {CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES} /* MAX_DYNAMIC_SHARED_SIZE_BYTES */, {p}__shared_bytes[k]);
+def _shared(p: str, shared: Sequence[Sequence[int]]) -> tuple[str, str]:
+  """The dynamic shared memory of each kernel in each image (declarations), and the statements of
+  `load_module(c)` that opt each kernel that has some in to it, once per function."""
+  if not any(map(any, shared)): return "", ""
+  if len(shared) == 1:
+    decls, bytes_k = f"static const int {p}__shared_bytes[{p}__NUM_KERNELS] = {{{', '.join(map(str, shared[0]))}}};\n", f"{p}__shared_bytes[k]"
+  else:
+    rows = ", ".join(f"{{{', '.join(map(str, row))}}}" for row in shared)
+    decls, bytes_k = f"static const int {p}__shared_bytes[{p}__NUM_IMAGES][{p}__NUM_KERNELS] = {{{rows}}};\n", f"{p}__shared_bytes[v][k]"
+  load = f"""    if ({bytes_k} > 0) {{  /* more than the 48 KiB every GPU gives: opt in */
+      err = {p}__cu.FuncSetAttribute({p}__functions[c][k], {CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES} /* MAX_DYNAMIC_SHARED_SIZE_BYTES */, {bytes_k});
       if (err != 0) return err == {CUDA_ERROR_INVALID_VALUE} /* CUDA_ERROR_INVALID_VALUE */ ? UOPC_CUDA_ERR_SHARED_MEMORY : UOPC_CUDA_ERR_DRIVER + err;
     }}
 """
@@ -209,14 +273,16 @@ enum {{ {p}__NUM_DATA = {len(table)} }};
   return decls, load
 
 
-def _runtime(prefix: str, image: bytes, kernels: list[str], multi: bool = False, single: bool = True,
-             table: Sequence[bytes] = (), workspace: int = 0, shared: Sequence[int] = ()) -> str:
-  """The embedded image and the driver loader; `multi`/`single`: whether entries on several devices / on one exist;
-  `table`: the library's constant data; `workspace`: the largest workspace of a single-device entry (0: none);
-  `shared`: each kernel's dynamic shared memory."""
+def _runtime(prefix: str, images: Sequence[Image], kernels: list[str], multi: bool = False, single: bool = True,
+             table: Sequence[bytes] = (), workspace: int = 0) -> str:
+  """The embedded images and the driver loader; `multi`/`single`: whether entries on several devices / on one exist;
+  `table`: the library's constant data; `workspace`: the largest workspace of a single-device entry (0: none)."""
   p = prefix
+  shared = [[k.shared_bytes for k in image.kernels] for image in images]
   functions = _DRIVER_FUNCTIONS + (multi_device.DRIVER_FUNCTIONS if multi else ()) + (DATA_FUNCTIONS if table else ()) + \
-    (POOL_FUNCTIONS if workspace else ()) + (SHARED_FUNCTIONS if any(shared) else ())
+    (POOL_FUNCTIONS if workspace else ()) + (SHARED_FUNCTIONS if any(map(any, shared)) else ())
+  functions += tuple(f for f in VARIANT_FUNCTIONS if len(images) > 1 and f[0] not in {g[0] for g in functions})
+  image_decls, image_load = _images(p, images)
   data_decls, data_load = _data(p, table)
   pool_decls, pool_load = _pool(p, workspace)
   shared_decls, shared_load = _shared(p, shared)
@@ -224,7 +290,7 @@ def _runtime(prefix: str, image: bytes, kernels: list[str], multi: bool = False,
   loads = "\n".join(f'  *(void**)&{p}__cu.{field} = dlsym(lib, "{symbol}");' for field, symbol, _ in functions)
   all_loaded = " && ".join(f"{p}__cu.{field}" for field, _, _ in functions)
   current = _functions_of_current(p) if single else ""
-  return f"""{_image(p, image)}
+  return f"""{image_decls}
 static const char* const {p}__kernel_names[] = {{{', '.join(c_string(k) for k in kernels)}}};
 enum {{ {p}__NUM_KERNELS = {len(kernels)}, {p}__MAX_CONTEXTS = {MAX_CONTEXTS} }};
 
@@ -243,7 +309,7 @@ static pthread_mutex_t {p}__module_lock = PTHREAD_MUTEX_INITIALIZER;
 static CUcontext {p}__contexts[{p}__MAX_CONTEXTS];
 static CUfunction {p}__functions[{p}__MAX_CONTEXTS][{p}__NUM_KERNELS];
 static int {p}__num_contexts;
-{shared_decls}{data_decls}{pool_decls}
+{_variant_of(p) if len(images) > 1 else ""}{shared_decls}{data_decls}{pool_decls}
 static void {p}__load_cuda(void) {{
   void* lib = dlopen("libcuda.so.1", RTLD_NOW | RTLD_LOCAL);
   if (lib == NULL) return;
@@ -254,8 +320,7 @@ static void {p}__load_cuda(void) {{
 /* the module of the library in context slot c, with every kernel's function */
 static int {p}__load_module(int c) {{
   CUmodule module;
-  CUresult err = {p}__cu.ModuleLoadData(&module, {p}__image);
-  if (err != 0) return UOPC_CUDA_ERR_DRIVER + err;
+{image_load}  if (err != 0) return UOPC_CUDA_ERR_DRIVER + err;
   for (int k = 0; k < {p}__NUM_KERNELS; k++) {{
     err = {p}__cu.ModuleGetFunction(&{p}__functions[c][k], module, {p}__kernel_names[k]);
     if (err != 0) return UOPC_CUDA_ERR_DRIVER + err;
@@ -316,12 +381,14 @@ static int {p}__functions_of_context(CUfunction** out) {{
 }}"""
 
 
-def _wrapper(prefix: str, entry: EntryKernels, first: int, table: Sequence[bytes]) -> str:
+def _wrapper(prefix: str, entry: EntryKernels, first: int, table: Sequence[bytes], images: Sequence[Image] = ()) -> str:
   if multi_device.entry_devices(entry): return _multi_wrapper(prefix, entry, first, table)
   args = entry_args(entry)
+  variants = [(f"{prefix}__variant_of(functions) == {v}", image.kernels[first:first + len(entry.kernels)])
+              for v, image in enumerate(images) if v > 0]
   # the launches sit inside a do-while: a failed one breaks out, so that the workspace is still freed
   launches = entry_launches(prefix, entry, args, first, "CUdeviceptr ws{i} = workspace + {offset};", "break", "    ",
-                            table, _data_local(prefix), shared=True)
+                            table, _data_local(prefix), shared=True, variants=variants)
   alloc, free = [], []
   if entry.workspace is not None:
     alloc = ["  CUdeviceptr workspace = 0;",
@@ -348,17 +415,21 @@ def _accessors(prefix: str, n: int, multi: bool) -> str:
   return strerror_function(prefix, own, driver_messages) + "\n" + entry_accessors(prefix, n)
 
 
-def render_source(name: str, entries: Sequence[EntryKernels], image: bytes) -> str:
-  """NAME_cuda.c: the embedded `image` (a fatbin, or PTX text ending in NUL), the driver loader, the
-  entries (argument checks, then one launch per kernel with its `.geometry`) and the metadata.
-  Kernels are CudaKernels (uopc/targets/cuda/ptx.py)."""
+def render_source(name: str, entries: Sequence[EntryKernels], images: Sequence[Image] | bytes) -> str:
+  """NAME_cuda.c: the embedded `images` (Image; bytes: the one image of `entries`' kernels, a fatbin or PTX text
+  ending in NUL), the driver loader, the entries (argument checks, then one launch per kernel with its
+  `.geometry`, per image where an arch variant's kernel differs) and the metadata. Kernels are CudaKernels
+  (uopc/targets/cuda/ptx.py)."""
   prefix = c_identifier(name)
   kernels = [k.name for e in entries for k in e.kernels]
+  if isinstance(images, bytes): images = [Image(images, tuple(k for e in entries for k in e.kernels))]
+  for image in images[1:]:
+    if [k.name for k in image.kernels] != kernels or any(k.params != o.params for k, o in zip(image.kernels, images[0].kernels)):
+      raise ValueError(f"the {image.label} image's kernels are not the library's")  # an internal error
   multi = any(multi_device.entry_devices(e) for e in entries)
   single = not all(multi_device.entry_devices(e) for e in entries)
   table = data_table(entries)
   workspace = max((e.workspace.size for e in entries if e.workspace is not None and not multi_device.entry_devices(e)), default=0)
-  shared = [k.shared_bytes for e in entries for k in e.kernels]
-  runtime = _runtime(prefix, image, kernels, multi, single, table, workspace, shared) + ("\n\n" + multi_device.runtime(prefix) if multi else "")
+  runtime = _runtime(prefix, images, kernels, multi, single, table, workspace) + ("\n\n" + multi_device.runtime(prefix) if multi else "")
   return launcher_source(name, f"{name}_cuda.c", entries, render_header(name, entries), runtime,
-                         lambda e, first: _wrapper(prefix, e, first, table), _accessors(prefix, len(entries), multi))
+                         lambda e, first: _wrapper(prefix, e, first, table, images), _accessors(prefix, len(entries), multi))

@@ -76,7 +76,7 @@ class CudaKernel(RenderedKernel):
 
 class _Kernel:
   def __init__(self, linear: UOp, name: str, arch: str, fast_math: bool, loc_of: LocOf):
-    self.uops, self.name, self.arch_num, self.fast_math, self.loc_of = linear.src, name, _arch_number(arch), fast_math, loc_of
+    self.uops, self.name, self.arch_num, self.fast_math, self.loc_of = linear.src, name, arch_number(arch), fast_math, loc_of
     self.counts = {c: 0 for c in _CLASSES}
     self.labels = 0
     self.lines: list[str] = []
@@ -184,12 +184,12 @@ class _Kernel:
   def compute_type(self, dt: DType) -> DType: return dtypes.float64 if dt is dtypes.float64 else dtypes.float32
 
 
-def _arch_number(arch: str) -> int: return int(re.fullmatch(ARCH_PATTERN, arch).group(1))
+def arch_number(arch: str) -> int: return int(re.fullmatch(ARCH_PATTERN, arch).group(1))
 
 
 def supported_arch(arch: str) -> bool:
   """sm_80 or later (sm_XY, or its arch-specific sm_XYa / family sm_XYf form)."""
-  return re.fullmatch(ARCH_PATTERN, arch) is not None and _arch_number(arch) >= 80
+  return re.fullmatch(ARCH_PATTERN, arch) is not None and arch_number(arch) >= 80
 
 
 
