@@ -324,7 +324,8 @@ def main() -> None:
   parser = argparse.ArgumentParser(description="uopc -t cuda against torch on this machine's GPU")
   parser.add_argument("--hgemm-opts", action="append", default=[], metavar="OPTS", help="also time the f16 gemm 4096 with OPTS pinned")
   parser.add_argument("--arch", action="append", default=[], metavar="ARCH",
-                      help="build every kernel for ARCH (repeatable; e.g. sm_90a: the warpgroup MMAs), not the default archs")
+                      help="build every kernel for ARCH (repeatable), not the default archs (sm_80, sm_90a: the warpgroup MMAs "
+                           "on an H100); e.g. --arch sm_80 --arch sm_90 for mma.sync only")
   parser.add_argument("--hgemm-only", action="store_true", help="time only the f16 gemm 4096 (heuristics, then each --hgemm-opts)")
   parser.add_argument("--conv-opts", action="append", default=[], metavar="OPTS", help="also time the batched convolution with OPTS pinned")
   parser.add_argument("--conv-only", action="store_true", help="time only the batched convolution (heuristics, then each --conv-opts)")
