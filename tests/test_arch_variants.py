@@ -158,6 +158,36 @@ def test_tuning_entries_for_sm_90a_serve_the_variant_and_plain_ones_the_own_kern
   assert "block[3] = {INT64_C(32), INT64_C(4), INT64_C(2)}" in source  # tile 7 (2 x 4 warps) elsewhere
 
 
+def _db(tmp_path, entries: dict[str, str]):
+  """A tuning database with the gemm's entry `opts` for each arch of `entries`, and the build's schedules from it."""
+  from uopc.frontend import load_module
+  from uopc.tune import db as tuning_db
+  from uopc.tune.command import build_schedules
+  from uopc.tune.kernels import kernel_key, program_kernels
+  from uopc.tune.space import SPACE_VERSION
+  tmp_path.mkdir(parents=True, exist_ok=True)
+  (tmp_path / "g.uop").write_text(program([gemm_relu(2048, 256, 2048, "f16")]))
+  module, db = load_module(str(tmp_path / "g.uop")), {}
+  for arch, opts in entries.items():
+    (k,) = program_kernels(module, "cuda", "g", arch, SPACE_VERSION)
+    db[kernel_key(k.sink, "cuda", arch, SPACE_VERSION)] = tuning_db.Entry(k.name, "cuda", arch, SPACE_VERSION, opts, 1.0, "", 2.0, "H100")
+  tuning_db.save(tmp_path / "db.json", db)
+  own, variants = build_schedules(str(tmp_path / "g.uop"), str(tmp_path / "db.json"), "cuda", "g", (), "portable", None, False, io.StringIO())
+  return {k: ",".join(map(str, v)) for k, v in own.items()}, {",".join(g): {k: ",".join(map(str, v)) for k, v in s.items()} for g, s in variants.items()}
+
+
+def test_sm_90a_entries_without_a_warpgroup_tile_serve_the_own_kernels_too(tmp_path):
+  """What `uopc tune` finds on an H100 (for sm_90a, its default there) serves both images where it is the same kernel."""
+  assert _db(tmp_path / "plain", {"sm_90a": "TC(2,-1,2,7)"}) == ({KERNEL: "TC(2,-1,2,7)"}, {"sm_90a": {KERNEL: "TC(2,-1,2,7)"}})
+  assert _db(tmp_path / "wg", {"sm_90a": "TC(2,-1,3,10)"}) == ({}, {"sm_90a": {KERNEL: "TC(2,-1,3,10)"}})
+  assert _db(tmp_path / "both", {"sm_90": "TC(2,-1,2,6)", "sm_90a": "TC(2,-1,2,7)"})[0] == {KERNEL: "TC(2,-1,2,6)"}  # sm_90's first
+
+
+def test_uopc_tune_tunes_a_gpu_for_its_image_of_a_default_build():
+  from uopc.tune.search import default_arch
+  assert [default_arch("cuda", a) for a in ("sm_90", "sm_80", "sm_86", "sm_100")] == ["sm_90a", "sm_80", "sm_86", "sm_100"]
+
+
 # ---- on a Hopper GPU --------------------------------------------------------------------------------------------------
 
 

@@ -241,8 +241,9 @@ def test_cuda_candidates_build_without_a_gpu(tmp_path):
 @pytest.mark.gpu
 def test_tune_cuda_on_a_gpu_then_build_without_one(tmp_path):
   from uopc.tune.measure_cuda import CudaDevice, CudaError
+  from uopc.tune.search import default_arch
   try:
-    arch = CudaDevice().arch()
+    arch = default_arch("cuda", CudaDevice().arch())  # an H100's image of a default build: sm_90a
   except CudaError as e:
     pytest.skip(f"no usable CUDA GPU: {e}")
   src, db = program(tmp_path, mlp()), tmp_path / "db.json"
@@ -255,6 +256,11 @@ def test_tune_cuda_on_a_gpu_then_build_without_one(tmp_path):
   pinned = uopc_process("build", src, "-t", "cuda", "--arch", arch, *pins, "-o", tmp_path / "pinned", cwd=tmp_path)
   assert built.returncode == pinned.returncode == 0, built.stderr + pinned.stderr
   assert outputs(tmp_path / "tuned") == outputs(tmp_path / "pinned")
+  # a default build (every default arch) takes them too: the mlp's kernels are the same in every image
+  built = uopc_process("build", src, "-t", "cuda", "--tuning", db, "-o", tmp_path / "tuned_default", cwd=tmp_path)
+  pinned = uopc_process("build", src, "-t", "cuda", *pins, "-o", tmp_path / "pinned_default", cwd=tmp_path)
+  assert built.returncode == pinned.returncode == 0, built.stderr + pinned.stderr
+  assert outputs(tmp_path / "tuned_default") == outputs(tmp_path / "pinned_default")
 
 
 # ---- the search -----------------------------------------------------------------------------------------------------

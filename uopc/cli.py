@@ -393,8 +393,9 @@ Examples:
 @click.option("--shard", default="0/1", show_default=True, metavar="I/N", help="Tune only the kernels of shard I of N (0 <= I < N), by key.")
 @click.option("--cpu", default="portable", show_default=True, type=click.Choice(["portable", "native", "x86-64-v2", "x86-64-v3", "x86-64-v4"]),
               help="-t c: the instruction set to tune for (as `uopc build --cpu`).")
-@click.option("--arch", default=None, metavar="ARCH", help="-t cuda: the arch the entries are for (default: the GPU's, e.g. sm_90; "
-              "sm_90a tunes the kernels as `uopc build --arch sm_90a` builds them, with wgmma).")
+@click.option("--arch", default=None, metavar="ARCH", help="-t cuda: the arch the entries are for (default: the arch of the GPU's image in a default build: "
+              "sm_90a on an H100 or H200, whose kernels take wgmma where they can, else the GPU's own, e.g. sm_80). Entries "
+              "for sm_90a serve a default build's sm_90a image, and its other kernels too where they pin no warpgroup tile.")
 @click.option("--name", default=None, help="NAME, as in `uopc build --name` (the kernels' names in the database).")
 @click.option("--fp-contract", type=click.Choice(["off", "fast"]), default="off", show_default=True,
               help="Tune the kernels as `uopc build --fp-contract=fast` builds them (their entries are only for such builds).")

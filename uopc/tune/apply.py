@@ -30,15 +30,18 @@ class Use:
 
 def tuned_schedule(file: str, db_path: str, target: str, lib: str, archs: tuple[str, ...], cpu: str,
                    pinned: Mapping[str, tuple] | None, env: Mapping[str, str],
-                   modes: tuple[str, ...] = ()) -> tuple[dict[str, tuple], list[Use]]:
+                   modes: tuple[str, ...] = (), also: tuple[str, ...] = ()) -> tuple[dict[str, tuple], list[Use]]:
   """The schedule a build with `--tuning db_path` uses, and how each kernel got its opts; `modes`: the
-  build's numeric modes (uopc.tune.kernels.numeric_modes), part of every key."""
+  build's numeric modes (uopc.tune.kernels.numeric_modes), part of every key; `also`: archs (an arch
+  variant's) whose entries serve these kernels after those of `archs`, where their opts pin no warpgroup
+  tile (then the kernel they were timed as is these kernels' own)."""
   from uopc.targets import get_target
   entries = tuning_db.load(db_path)
   module = load_checked(file)
   # a GPU build for several archs takes the entry of the first arch that has one
   arch_list = list(dict.fromkeys(key_arch(target, cpu, (a,), modes) for a in (archs or get_target(target).default_archs))) \
     or [key_arch(target, cpu, (), modes)]
+  also_list = [key_arch(target, cpu, (a,), modes) for a in also]
   caps = _caps(target, cpu, env, archs, "tf32" in modes, "contract" in modes)
   schedule, uses = dict(pinned or {}), []
   for k in program_kernels(module, target, lib, arch_list[0], SPACE_VERSION):
@@ -46,6 +49,8 @@ def tuned_schedule(file: str, db_path: str, target: str, lib: str, archs: tuple[
       uses.append(Use(k.name, "--opts"))
       continue
     found = next((entries[key] for arch in arch_list if (key := kernel_key(k.sink, target, arch, SPACE_VERSION)) in entries), None)
+    found = found or next((e for arch in also_list if (e := entries.get(kernel_key(k.sink, target, arch, SPACE_VERSION)))
+                           and not _warpgroup(e.opts)), None)
     use = _use(k, found, caps) if found else Use(k.name, "heuristics", "not in the database", _stale(k, entries, target, arch_list))
     if use.source == "database": schedule[k.name] = _opts(found.opts)
     uses.append(use)
@@ -56,6 +61,12 @@ def _caps(target: str, cpu: str, env: Mapping[str, str], archs: tuple[str, ...] 
   from uopc.driver import cpu_vector_bytes
   from uopc.stages.optimize import target_caps
   return target_caps(target, cpu_vector_bytes(cpu, env) if target == "c" else None, archs, tf32, contract)
+
+
+def _warpgroup(text: str) -> bool:
+  """Whether opts pin a warpgroup tile (TC's tiles of sm_90a's warpgroup MMAs)."""
+  from uopc.stages.opts import WARPGROUP_TILES, OptOp
+  return any(o.op is OptOp.TC and len(o.arg) > 2 and o.arg[2] in WARPGROUP_TILES for o in _opts(text))
 
 
 def _opts(text: str) -> tuple:

@@ -50,13 +50,13 @@ def tune(file: str, db_path: str, options, progress_stream: TextIO | None = None
 
 def build_schedule(file: str, db_path: str, target: str, name: str, archs: tuple[str, ...], cpu: str,
                    pinned: Mapping[str, tuple] | None, report: bool, out: TextIO | None = None,
-                   modes: tuple[str, ...] = (), label: str = "") -> dict[str, tuple]:
+                   modes: tuple[str, ...] = (), label: str = "", also: tuple[str, ...] = ()) -> dict[str, tuple]:
   """`uopc build --tuning`: the schedule to build with; notes (and with `report`, the report) to `out`;
-  `label` names an arch variant's kernels in the report."""
+  `label` names an arch variant's kernels in the report; `also`: see uopc.tune.apply.tuned_schedule."""
   import os
   from uopc.tune.apply import format_report, tuned_schedule
   out = out or sys.stderr
-  schedule, uses = tuned_schedule(file, db_path, target, name, archs, cpu, pinned, os.environ, modes)
+  schedule, uses = tuned_schedule(file, db_path, target, name, archs, cpu, pinned, os.environ, modes, also)
   for u in uses:
     if u.note: out.write(f"uopc: note: {db_path}: {u.note}\n")
   if report: out.write(format_report(db_path, uses, label) + "\n")
@@ -69,12 +69,15 @@ def build_schedules(file: str, db_path: str, target: str, name: str, archs: tupl
   """`build_schedule` for the build's own kernels and for each arch variant's (Target.arch_variants), by its
   archs. The variant's kernels take the entries tuned for its archs (sm_90a, with warpgroup MMAs); the build's
   own kernels those of its other archs and of the variant archs' base (sm_90a -> sm_90: the same GPUs, no
-  arch-specific instructions), so entries tuned on a GPU for its plain arch serve default builds."""
+  arch-specific instructions), then the variant archs' entries that pin no warpgroup tile (a kernel without
+  wgmma is the same in both images), so that what `uopc tune` found on an H100, for sm_90 or sm_90a, serves
+  default builds."""
   from uopc.targets import get_target
   from uopc.tune.apply import base_arch
   t = get_target(target)
   archs = archs or t.default_archs
   groups = t.arch_variants(archs) if t.arch_variants else ()
   own = tuple(dict.fromkeys(base_arch(a) if any(a in g for g in groups) else a for a in archs))
-  schedule = build_schedule(file, db_path, target, name, own, cpu, pinned, report, out, modes)
+  variant_archs = tuple(dict.fromkeys(a for g in groups for a in g))
+  schedule = build_schedule(file, db_path, target, name, own, cpu, pinned, report, out, modes, also=variant_archs)
   return schedule, {g: build_schedule(file, db_path, target, name, g, cpu, pinned, report, out, modes, ",".join(g)) for g in groups}

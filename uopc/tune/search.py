@@ -96,6 +96,14 @@ class _Context:
   progress: Progress
 
 
+def default_arch(target: str, device_arch: str) -> str:
+  """The arch `uopc tune` tunes for without --arch: the arch of the device's image in a default build (an H100's
+  sm_90 is sm_90a there), else the device's."""
+  from uopc.targets import get_target
+  from uopc.tune.apply import base_arch
+  return next((a for a in get_target(target).default_archs if base_arch(a) == device_arch), device_arch)
+
+
 def tune_file(path: str, db_path: str, opts: TuneOptions, progress: Progress | None = None) -> list[KernelReport]:
   """Tune every kernel of the program at `path` (of this shard) and add the results to the database."""
   from uopc.driver import cpu_flags, cpu_vector_bytes, lib_name
@@ -106,7 +114,7 @@ def tune_file(path: str, db_path: str, opts: TuneOptions, progress: Progress | N
   entries = tuning_db.load(db_path, missing_ok=True)
   module = load_checked(path)
   device = make_device(opts.target)
-  archs = (opts.arch or device.arch(),) if opts.target == "cuda" else ()
+  archs = (opts.arch or default_arch(opts.target, device.arch()),) if opts.target == "cuda" else ()
   vector_bytes = cpu_vector_bytes(opts.cpu, os.environ) if opts.target == "c" else None
   arch = key_arch(opts.target, opts.cpu, archs, numeric_modes(opts.fp_contract, opts.allow_tf32))
   kernels = _shard(program_kernels(module, opts.target, lib_name(path, opts.name), arch, SPACE_VERSION), opts.shard)
