@@ -6,6 +6,10 @@ Tensor-level stages (callify, rangeify, and plan, which places the intermediates
 program) run on `func` entries only; `kernel` entries start at the first kernel-level stage. Every kernel-level stage maps one kernel to one kernel: `run(value, name)`,
 where `name` is the C name the kernel gets, and the value is a UOp until render makes it a
 RenderedKernel.
+
+A build may have arch variants (`ArchVariant`, `Target.arch_variants`): for each, every kernel goes through
+Optimize again under the variant's capabilities, and only a kernel that becomes arch-specific there runs the
+later stages a second time; the others are shared, so a build without such kernels costs one Optimize more.
 """
 from __future__ import annotations
 
@@ -206,6 +210,7 @@ class _Lowering:
   def _variant(self, stages: Sequence[Stage], sink: UOp, name: str, done: Any, label: str) -> Any:
     """The variant's own kernel where Optimize makes it arch-specific (printed as `name [label]`), else `done`."""
     optimize, rest = stages[0], stages[1:]
+    assert optimize.name == "optimize", "the kernel-level stages start at optimize"
     scheduled = optimize.run(sink, name)
     if not scheduled.arch_specific: return done
     shown = f"{name} [{label}]"
