@@ -16,7 +16,7 @@ cuLaunchKernel only records. Everything is recorded in one log, in call order:
   ["shared", kernel, bytes] (after the launch of a kernel given dynamic shared memory).
 A stream s lives in context 100 + s, on device s % 10 (so streams 1 and 11: one GPU, two contexts);
 cuCtxGetDevice answers for the context on top of the stack the fake keeps. FAKE_NCCL_FAIL=r makes
-ncclAllReduce return r; FAKE_CC=XY makes every device of compute capability X.Y (default 8.0); FAKE_SHARED_MAX=n makes cuFuncSetAttribute refuse (CUDA_ERROR_INVALID_VALUE) more
+ncclAllReduce return r; FAKE_CC=XY makes every device of compute capability X.Y (default 8.0), FAKE_LOAD_FAIL=r the first cuModuleLoadData return r; FAKE_SHARED_MAX=n makes cuFuncSetAttribute refuse (CUDA_ERROR_INVALID_VALUE) more
 dynamic shared memory than n bytes.
 """
 from __future__ import annotations
@@ -44,7 +44,11 @@ CUresult cuInit(unsigned f) { (void)f; return 0; }
 CUresult cuCtxGetCurrent(P* c) { *c = (P)stub_current(); return 0; }
 CUresult cuCtxSetCurrent(P c) { if (depth) stack[depth - 1] = c; else base = c; return 0; }
 CUresult cuCtxGetDevice(int* d) { *d = (int)((stub_current() - 100) % 10); return 0; }
-CUresult cuModuleLoadData(P* m, const void* image) { (void)image; *m = (P)1; return 0; }
+static int loads;
+CUresult cuModuleLoadData(P* m, const void* image) {  /* FAKE_LOAD_FAIL=r: the first load answers r */
+  const char* fail = getenv("FAKE_LOAD_FAIL"); (void)image;
+  if (fail != NULL && loads++ == 0) return atoi(fail);
+  *m = (P)1; return 0; }
 CUresult cuDeviceGetAttribute(int* v, int attribute, int dev) {  /* compute capability FAKE_CC (default 80) */
   const char* cc = getenv("FAKE_CC"); int n = cc != NULL ? atoi(cc) : 80; (void)dev;
   *v = attribute == 75 ? n / 10 : attribute == 76 ? n % 10 : 0; return 0; }

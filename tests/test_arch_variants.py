@@ -131,6 +131,16 @@ def test_the_launcher_loads_the_sm_90a_image_on_compute_capability_9_0_only(libr
                  ["launch", KERNEL, 7, 0], ["shared", KERNEL, shared]]
 
 
+def test_a_driver_that_cannot_load_the_variant_gets_the_own_image(library):
+  """CUDA_ERROR_NO_BINARY_FOR_GPU (209) for the sm_90a image, as from a driver too old for it: the own image."""
+  fakes, lib = library
+  got = call(fakes, lib, "g", "tc_f16", ARGS, [7], nccl=False, env={"FAKE_CC": "90", "FAKE_LOAD_FAIL": "209"})
+  assert got["status"] == 0, got["message"]
+  assert [x for x in got["log"] if x[0] == "shared"] == [["shared", KERNEL, 65536]]
+  got = call(fakes, lib, "g", "tc_f16", ARGS, [7], nccl=False, env={"FAKE_CC": "80", "FAKE_LOAD_FAIL": "209"})
+  assert got["status"] == 1000 + 209  # the own image itself: the driver's error
+
+
 # ---- tuning ---------------------------------------------------------------------------------------------------------
 
 

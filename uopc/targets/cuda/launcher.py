@@ -7,8 +7,8 @@ per device for a multi-device entry (`uopc/targets/cuda/multi_device.py`); buffe
 loads `libcuda.so.1` with dlopen (pthread_once) and calls `cuInit`. The module is loaded into the
 calling thread's current context (`cuCtxGetCurrent`) once per context, under a mutex, and its
 functions kept. A library with an arch variant's image (sm_90a's, uopc/targets/cuda/target.py) loads it
-in a context whose device has its compute capability (cuDeviceGetAttribute), its own image elsewhere,
-and launches each kernel with the geometry and shared memory of the image its context loaded. Each launch's grid and block come from the kernel's SPECIALs (the same geometry
+in a context whose device has its compute capability (cuDeviceGetAttribute), its own image elsewhere
+(and where the driver cannot load the variant: the own image's PTX then runs), and launches each kernel with the geometry and shared memory of the image its context loaded. Each launch's grid and block come from the kernel's SPECIALs (the same geometry
 the PTX assumes); symbolic sizes are computed from the DEFINE_VAR arguments, an empty grid launches
 nothing. A kernel with dynamic shared memory (past 48 KiB, `CudaKernel.shared_bytes`) has it opted in
 once per function when its module is loaded (cuFuncSetAttribute, MAX_DYNAMIC_SHARED_SIZE_BYTES) and
@@ -210,8 +210,12 @@ static const int {p}__image_capability[{p}__NUM_IMAGES] = {{{', '.join(str(i.com
   if (err != 0) return UOPC_CUDA_ERR_DRIVER + err;
   for (int i = 1; i < {p}__NUM_IMAGES; i++)
     if ({p}__image_capability[i] == major * 10 + minor) v = i;
-  {p}__variants[c] = v;
   err = {p}__cu.ModuleLoadData(&module, {p}__images[v]);
+  if (err != 0 && v != 0) {{  /* a driver that cannot load the variant (too old for its arch): the own image's PTX */
+    v = 0;
+    err = {p}__cu.ModuleLoadData(&module, {p}__images[0]);
+  }}
+  {p}__variants[c] = v;
 """
   return decls, load
 
