@@ -54,7 +54,7 @@ def test_shared_memory_budget_is_the_least_of_the_builds_archs():
   assert target_caps("cuda", archs=("sm_80", "sm_86")).local_bytes == 99 * kib
   assert target_caps("cuda", archs=("sm_89", "sm_90")).local_bytes == 99 * kib
   assert target_caps("cuda", archs=("sm_80", "sm_120")).local_bytes == 48 * kib  # an arch it does not know: the static 48 KiB
-  assert target_caps("cuda").local_bytes == 163 * kib  # the default archs, sm_80 and sm_90
+  assert target_caps("cuda").local_bytes == 163 * kib  # the default archs, sm_80 and sm_90a
   assert target_caps("amd").local_bytes == target_caps("c").local_bytes == 48 * kib
 
 
