@@ -202,9 +202,9 @@ def test_uopc_tune_tunes_a_gpu_for_its_image_of_a_default_build():
 
 
 @pytest.mark.gpu
-@pytest.mark.parametrize("shape", [(2048, 256, 2048), (4096, 512, 4096)])
+@pytest.mark.parametrize("shape", [(2048, 256, 2048), (4096, 512, 4096), (512, 4096, 4096)])
 def test_the_default_build_is_right_on_the_gpu(gpu, tmp_path, shape):  # noqa: F811 (gpu is test_cuda_gpu's fixture)
-  """The default build on this GPU (its sm_90a image on an H100: tile 9, or 10 for the larger; the own one
+  """The default build on this GPU (its sm_90a image on an H100: tile 9, or 10 for 4096 x 4096; the own one
   elsewhere) against numpy."""
   from uopc.frontend import load_module
   from uopc.pipeline import compile_module

@@ -74,6 +74,18 @@ def test_other_gemms_keep_mma_sync(f, why):
   assert all(warpgroup_arg(u.arg) is None for u in _wmmas(f, caps)), why
 
 
+@pytest.mark.parametrize("m, k, n, wgmma", [(512, 4096, 4096, True),    # 128 workgroups x 64 iterations
+                                             (256, 4096, 4096, True),    # 64 x 64
+                                             (1024, 1024, 1024, False),  # 64 x 16: too short
+                                             (2048, 256, 1024, False),   # 128 x 4
+                                             (256, 8192, 2048, False)])  # 32 workgroups: too few
+def test_fewer_workgroups_take_the_warpgroup_tile_where_their_reductions_are_long(m, k, n, wgmma):
+  """Below 132 workgroup tiles, tile 9 where at least 64 workgroups of at least 2048 iterations in all."""
+  specs = [warpgroup_arg(u.arg) for u in _wmmas(gemm_relu(m, k, n, "f16"))]
+  assert specs and all((s is not None) == wgmma for s in specs)
+  if wgmma: assert {s.shape for s in specs} == {"m64n128k16"}
+
+
 def test_the_warpgroup_tile_without_staging_keeps_mma_sync():
   assert all(warpgroup_arg(u.arg) is None for u in _wmmas(gemm_relu(128, 64, 128, "f16"), HOPPER, "TC(2,-1,0,9)"))
 
@@ -167,7 +179,7 @@ def test_sm_90a_heuristics_on_a_hopper_gpu(gpu, tmp_path, dtype, shape, transpos
   paths = build(tmp_path / "s.uop", BuildOptions(target="cuda", out_dir=tmp_path / "out", archs=("sm_90a",)))
   lib = ctypes.CDLL(str(next(p for p in paths if p.suffix == ".so")))
   entry = next(e for e in compile_module(load_module(str(tmp_path / "s.uop")), "cuda", "s", archs=("sm_90a",)) if e.name == f.name)
-  assert any(k.wgmma for k in entry.kernels) == (m * n >= 132 * 128 * 128)
+  assert any(k.wgmma for k in entry.kernels) == (m * n >= 132 * 128 * 128)  # SWEEP's: 64 workgroups of 4 iterations keep mma.sync
   x = inputs(m, k, n, dtype, seed=5)
   a = np.ascontiguousarray(x["a"].T) if transposed else x["a"]
   assert_gemm_relu(call(gpu, lib, "s", entry, [a, x["b"], x["bias"], np.zeros((m, n), np.float32)])[3], x)

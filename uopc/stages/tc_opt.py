@@ -197,15 +197,30 @@ TC_BIG_WARPS = ((1, (2,)), (0, (2,)))  # the same for TC_BIG_TILE: 2 x 2 warps, 
 TC_MIN_WORKGROUPS = 132  # ... each only where the workgroups stay at least this many (one per SM of an H100)
 
 
+# A one-warpgroup tile (128 x 128) also pays with fewer workgroups than TC_MIN_WORKGROUPS where each has a long
+# reduction: at least WARPGROUP_MIN_WORKGROUPS of them, and workgroups x reduction iterations (of K 64) at least
+# WARPGROUP_MIN_WORK. H100, float16 gemms M x K x N, wgmma tile 9 against the mma.sync heuristics: 512 x 4096 x 4096
+# (128 workgroups x 64 iterations) 0.048 against 0.072 ms, 256 x 4096 x 4096 (64 x 64) 0.046 / 0.052, 512 x 2048 x
+# 2048 (64 x 32) 0.029 / 0.032, 2048 x 1024 x 1024 (128 x 16) 0.023 / 0.027; but 64 x 16 (1024^3) 0.023 / 0.020,
+# 128 x 4 (2048 x 256 x 1024) 0.019 / 0.017 and 32 x 128 (256 x 8192 x 2048) 0.075 / 0.067 (tests/bench/RESULTS.md).
+WARPGROUP_MIN_WORKGROUPS, WARPGROUP_MIN_WORK = 64, 2048
+
+
 def _warpgroup_fits(plan: _Planner, opt: Opt) -> bool:
   """A warpgroup tile (sm_90a builds) that applies and leaves at least TC_MIN_WORKGROUPS workgroups (their
-  GLOBAL axes, batch axes included, all of known size)."""
+  GLOBAL axes, batch axes included, all of known size), or for the one-warpgroup tile, enough long ones
+  (WARPGROUP_MIN_WORKGROUPS, WARPGROUP_MIN_WORK)."""
   try:
     sink = apply_opt(plan.sink, opt, plan.caps, first=not plan.opts)
   except OptError:
     return False
-  sizes = [axis_size(r) for r in kernel_axes(sink) if axis_type(r) is AxisType.GLOBAL]
-  return all(isinstance(s, int) for s in sizes) and math.prod(sizes) >= TC_MIN_WORKGROUPS
+  axes = kernel_axes(sink)
+  sizes = [axis_size(r) for r in axes if axis_type(r) is AxisType.GLOBAL]
+  iterations = [axis_size(r) for r in axes if axis_type(r) is AxisType.REDUCE]
+  if not all(isinstance(s, int) for s in sizes + iterations): return False
+  workgroups = math.prod(sizes)
+  if workgroups >= TC_MIN_WORKGROUPS: return True
+  return opt.arg[2] == WARPGROUP_TILES[0] and workgroups >= WARPGROUP_MIN_WORKGROUPS and workgroups * math.prod(iterations) >= WARPGROUP_MIN_WORK
 
 
 def tensor_core_heuristics(plan: _Planner) -> bool:
