@@ -22,7 +22,15 @@ def schedule(f: Func) -> list[str]:
   return [format_axes(apply_opts(k, heuristic_opts(k, GPU), GPU, "k")) for k in kernels_of(f.text(), GPU).values()]
 
 
-def test_a_large_gemm_gets_a_register_tile_a_two_axis_workgroup_and_an_unrolled_reduction():
+@pytest.fixture
+def unstaged(monkeypatch):
+  """No staged float32 gemms (uopc.stages.local_staging, which takes gemm 1024 since it fills the SMs): the
+  register tiles of this module for every gemm."""
+  import uopc.stages.local_staging as ls
+  monkeypatch.setattr(ls, "STAGED_MIN_WORKGROUPS", (1 << 30,) * len(ls.STAGED_RUNS))
+
+
+def test_a_large_gemm_gets_a_register_tile_a_two_axis_workgroup_and_an_unrolled_reduction(unstaged):
   # rows u8 (a's values serve 8 columns), columns u8 (two 16-byte loads of b and stores of c), 4 x 16 threads
   assert schedule(gemm(1024, 1024, 1024)) == ["g32 l4 u8 g8 l16 u8 R256 r4"]
 
@@ -95,7 +103,7 @@ def test_shared_reductions_beside_other_workgroup_axes_combine_each_threads_own_
 
 
 @needs_ptxas
-def test_a_register_tile_stays_in_registers_and_assembles(tmp_path):
+def test_a_register_tile_stays_in_registers_and_assembles(tmp_path, unstaged):
   path = tmp_path / "gemm.uop"
   path.write_text(gemm(1024, 1024, 1024).text())
   build(path, BuildOptions(target="cuda", out_dir=tmp_path, emit=("ptx",)))

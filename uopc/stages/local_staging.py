@@ -253,7 +253,9 @@ STAGED_K = (8, 4)          # reduction elements an iteration stages (the tiles' 
                            # a product's two roundings (mul + add) / fused into one fma: ptxas gives depth 4 126 registers,
                            # 4 workgroups of 128 an SM (8: 141, 167 with fma). On the H100, gemm 2048: 0.697-0.714 ms at depth
                            # 4, 0.649-0.660 at 8 with two roundings; 0.464-0.487 at 4, 0.651-0.696 at 8 with fma
-STAGED_MIN_WORKGROUPS = 256  # the staged schedule only where it leaves this many workgroups (2048 x 2048: 512)
+STAGED_MIN_WORKGROUPS = (256, 128)  # the staged schedule of each of STAGED_RUNS only where it leaves this many workgroups
+                           # (2048 x 2048: 512 of 2 x 2 runs). H100, gemm 1024: 2 x 2 runs, 128 workgroups 0.099 ms against
+                           # the unstaged register tiles' 0.277 (256 of 64 threads); 2 x 4 runs, 64 workgroups 0.247
 STAGED_STAGES = 2          # tiles in flight (H100, gemm 2048, one run: 2 stages 0.688 ms, 3 0.712-0.725; --fp-contract=fast
                            # 0.485 against 0.507)
 
@@ -287,10 +289,10 @@ def staged_gemm(plan: _Planner) -> bool:
   depth = STAGED_K[plan.caps.fused_products]
   if plan.size(k) % depth or plan.size(k) < 2 * depth: return False
   outputs = math.prod(plan.size(i) for i in plan.axes(AxisType.GLOBAL))
-  def fits(runs: tuple[int, int]) -> bool:
+  def fits(runs: tuple[int, int], least: int) -> bool:
     tile = {m: STAGED_THREADS[0] * STAGED_RUN * runs[0], n: STAGED_THREADS[1] * STAGED_RUN * runs[1]}
-    return not any(plan.size(i) % t for i, t in tile.items()) and outputs // (tile[m] * tile[n]) >= STAGED_MIN_WORKGROUPS
-  if (runs := next((r for r in STAGED_RUNS if fits(r)), None)) is None: return False
+    return not any(plan.size(i) % t for i, t in tile.items()) and outputs // (tile[m] * tile[n]) >= least
+  if (runs := next((r for r, least in zip(STAGED_RUNS, STAGED_MIN_WORKGROUPS) if fits(r, least)), None)) is None: return False
   splits = {k: [(depth, AxisType.UNROLL)]}
   for i, threads, r in ((m, STAGED_THREADS[0], runs[0]), (n, STAGED_THREADS[1], runs[1])):  # axis -> (outer, runs, threads, run)
     splits[i] = [(STAGED_RUN, AxisType.UPCAST), (threads, AxisType.LOCAL), (r, AxisType.UPCAST)]
