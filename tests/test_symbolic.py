@@ -295,6 +295,16 @@ def test_sum_with_multiple_of_divisor():
   assert simplified(idiv(add(add(N, mul(Y, c(8))), R4), c(4))) is add(idiv(add(N, R4), c(4)), mul(Y, c(2)))
 
 
+def test_nested_sums_open_for_a_divisor():
+  """((g*2 + u)*4 + v) // 8 -> g, as Optimize's SPLITs nest an axis (the overlap shift of PADTO's third argument)."""
+  g, u, v = rng(5, 2), rng(2, 3), rng(4, 4)
+  nested = add(mul(add(mul(g, c(2)), u), c(4)), v)
+  assert simplified(idiv(nested, c(8))) is g
+  assert simplified(mod(nested, c(8))) is add(mul(u, c(4)), v)
+  kept = idiv(add(mul(add(mul(g, c(2)), u), c(3)), v), c(8))  # no summand a multiple of 8: left as written
+  assert simplified(kept) is kept
+
+
 def test_sum_of_mixed_sign_is_kept():
   # x in [-9, 9] and y*4 >= 0: x + y*4 crosses zero while x does, truncation breaks the identity
   before = idiv(add(X, mul(Y, c(4))), c(4))

@@ -267,7 +267,7 @@ def _div_const(d: UOp, x: UOp, c: UOp) -> UOp | None:
   if x.op is Ops.MOD and x.src[1].op is Ops.CONST and x.src[1].arg > 0 and x.src[1].arg % c.arg == 0:
     # (y%(c*b))//c -> (y//c)%b, likewise odd-symmetric
     return x.src[0].alu(Ops.IDIV, c).alu(Ops.MOD, UOp.const(d.dtype, x.src[1].arg // c.arg))
-  return _split_multiples(x, c.arg, Ops.IDIV) or _divide_common_factor(x, c.arg)
+  return _split_multiples(x, c.arg, Ops.IDIV) or _divide_common_factor(x, c.arg) or _split_opened(x, c.arg, Ops.IDIV)
 
 
 def _mod_const(m: UOp, x: UOp, c: UOp) -> UOp | None:
@@ -279,7 +279,16 @@ def _mod_const(m: UOp, x: UOp, c: UOp) -> UOp | None:
     d = x.src[1].arg
     if d <= c.arg: return x            # |y % d| < d <= c: the outer mod changes nothing
     if d % c.arg == 0: return x.src[0].alu(Ops.MOD, c)  # y%d keeps y's sign and differs by a multiple of c
-  return _split_multiples(x, c.arg, Ops.MOD) or _reduce_coefficients(x, c.arg)
+  return _split_multiples(x, c.arg, Ops.MOD) or _reduce_coefficients(x, c.arg) or _split_opened(x, c.arg, Ops.MOD)
+
+
+def _split_opened(x: UOp, c: int, op: Ops) -> UOp | None:
+  """_split_multiples on an index x whose summands nest sums, ((g*2 + u)*8 + l)*4 + v // 64 -> g, as
+  Optimize's SPLITs leave an axis: x opened into its linear form first (index values are mathematical
+  integers, so opening is exact). None where nothing nests or the opened sum has no multiple of c."""
+  if x.dtype is not dtypes.index or not any((y := _coeff(t)[0]) is not None and y.op is Ops.ADD for t in _terms(x)): return None
+  flat = [_scaled(a, k, x.dtype) for a, k in linear_form(x).items() if k]
+  return _split_multiples(_sum(flat), c, op) if flat else None
 
 
 def _reduce_coefficients(x: UOp, c: int) -> UOp | None:
