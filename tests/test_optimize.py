@@ -95,10 +95,10 @@ def program(funcs: list[Func]) -> str: return "".join(f.text() for f in funcs)
 
 
 def test_opts_parse_and_print_back():
-  text = "SPLIT(0,4,u),SPLIT(1, 2, t, top),PADTO(2,8),SWAP(0,1),NOLOCALS"
+  text = "SPLIT(0,4,u),SPLIT(1, 2, t, top),PADTO(2,8),SWAP(0,1),NOLOCALS,PADTO(1,64,32)"
   opts = parse_opts(text)
   assert opts == (Opt(OptOp.SPLIT, 0, (4, AxisType.UPCAST, False)), Opt(OptOp.SPLIT, 1, (2, AxisType.THREAD, True)),
-                  Opt(OptOp.PADTO, 2, 8), Opt(OptOp.SWAP, 0, 1), Opt(OptOp.NOLOCALS))
+                  Opt(OptOp.PADTO, 2, 8), Opt(OptOp.SWAP, 0, 1), Opt(OptOp.NOLOCALS), Opt(OptOp.PADTO, 1, (64, 32)))
   assert ",".join(map(str, opts)) == text.replace(" ", "")
   assert parse_opts("") == ()
 

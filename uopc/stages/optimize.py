@@ -32,7 +32,10 @@ OptOps (seed 000's table), composed left to right, each checked before it applie
   Either way the partials change the order of the operations (a float sum's rounding), in a fixed
   way that depends on k, not on the machine.
 - `PADTO(axis, m)`: the axis runs to the next multiple of m; the extra iterations are masked (every
-  LOAD and STORE inside the axis is gated by `index < n`).
+  LOAD and STORE inside the axis is gated by `index < n`). `PADTO(axis, m, t)` masks nothing: the
+  iterations are tiles of t, and a tile that would run past the end is moved back to end at it (it
+  repeats some of the tile before it, storing the same values again), so loads stay ungated; only for
+  a GLOBAL axis of a kernel that reads no global buffer it stores to (`_overlapped`).
 - `SWAP(i, j)`: exchange the positions (nesting) of two axes of the same type that enclose the same
   loops (else a loop would land inside one it does not depend on and repeat for nothing).
 - `NOLOCALS`: no LOCAL axes from here on.
@@ -487,14 +490,37 @@ def accumulator_update(st: UOp) -> Ops | None:
   return val.op if own else None
 
 
-def _padto(sink: UOp, r: UOp, size: int, m: Any, trace: Trace | None) -> UOp:
+def _padto(sink: UOp, r: UOp, size: int, arg: Any, trace: Trace | None) -> UOp:
+  m, tile = arg if isinstance(arg, tuple) and len(arg) == 2 else (arg, None)
   if not isinstance(m, int) or m < 1: raise OptError(f"pads to a multiple of {m}")
   padded = -(-size // m) * m
   if padded == size: return sink
   wide = _range(padded, r.arg[0], axis_type(r))
+  if tile is not None: return replace_ranges(sink, {r: (_overlapped(sink, r, size, tile, wide), (wide,))}, trace)
   out = replace_ranges(sink, {r: (wide, (wide,))}, trace)
   valid = UOp(Ops.CMPLT, dtypes.bool, (wide, UOp.const(dtypes.index, size)))
   return _gate_inside(out, wide, valid, trace)
+
+
+def _overlapped(sink: UOp, r: UOp, size: int, tile: Any, wide: UOp) -> UOp:
+  """PADTO's third argument: the index of iteration w of the padded axis, w - max(0, (w // tile) * tile +
+  tile - size): a tile of iterations that would run past the end is moved back to end at it, so every
+  iteration is in bounds and none is masked; the moved tile repeats iterations of the one before it,
+  which store the same values again. Legal where repeating an iteration changes nothing: r is a GLOBAL
+  axis (independent iterations: its REG and LOCAL buffers are its own) of a kernel that reads no global
+  buffer it stores to and has no atomic adds."""
+  if not isinstance(tile, int) or not 1 <= tile <= size:
+    raise OptError(f"the overlap tile must be 1..{size} (the axis's size), got {tile}")
+  if axis_type(r) is not AxisType.GLOBAL: raise OptError(f"only a GLOBAL axis's tiles overlap, not {axis_type(r).name}")
+  mem = _memory_ops(sink)
+  stored = {b for u in mem if u.op is Ops.STORE and _is_global(b := root_buffer(u.src[0]))}
+  if any(u.op is Ops.ATOMICADD for u in sink.toposort()) or any(u.op is Ops.LOAD and root_buffer(u.src[0]) in stored for u in mem):
+    raise OptError("overlapping tiles repeat iterations: the kernel must not read a global buffer it stores to, nor add atomically")
+  idx = lambda v: UOp.const(dtypes.index, v)  # noqa: E731
+  g = math.gcd(tile, size - tile)  # the shift in units of g: a staged tile's copies see its alignment
+  start = wide.alu(Ops.IDIV, idx(tile)).alu(Ops.MUL, idx(tile // g))
+  shift = start.alu(Ops.ADD, idx((tile - size) // g)).alu(Ops.MAX, idx(0))
+  return simplify(wide.alu(Ops.ADD, shift.alu(Ops.MUL, idx(-g))))
 
 
 def _gate_inside(sink: UOp, r: UOp, valid: UOp, trace: Trace | None) -> UOp:

@@ -1,5 +1,5 @@
 """The OptOps of seed 000 as uopc takes them (`Opt`, `OptOp`) and their text form, the `--opts` syntax:
-`SPLIT(axis,k,type[,top])`, `PADTO(axis,m)`, `SWAP(axis,axis)`, `NOLOCALS`, `TC(axis[,tc[,stages[,tile]]])`,
+`SPLIT(axis,k,type[,top])`, `PADTO(axis,m[,t])`, `SWAP(axis,axis)`, `NOLOCALS`, `TC(axis[,tc[,stages[,tile]]])`,
 `STAGE[(stages)]`, comma-separated, and `KERNEL:OPTS` lines (or `@FILE`) for a build's schedule. What each opt does to a
 kernel is uopc/stages/optimize.py's. Invariant: `str(opt)` parses back to the same Opt, and a
 malformed text is a located CompileError.
@@ -43,7 +43,7 @@ class OptOp(enum.Enum):
 
 @dataclass(frozen=True)
 class Opt:
-  """One OptOp. SPLIT: arg (k, AxisType, top); PADTO: the multiple; SWAP: the other axis; TC: its args;
+  """One OptOp. SPLIT: arg (k, AxisType, top); PADTO: the multiple, or (multiple, overlap tile); SWAP: the other axis; TC: its args;
   STAGE: the stages (no axis)."""
   op: OptOp
   axis: int | None = None
@@ -56,6 +56,7 @@ class Opt:
     if self.op is OptOp.NOLOCALS: return "NOLOCALS"
     if self.op is OptOp.STAGE: return "STAGE" if self.arg == STAGE_AUTO else f"STAGE({self.arg})"
     if self.op is OptOp.TC: return f"TC({','.join(str(a) for a in (self.axis,) + tuple(self.arg))})"
+    if self.op is OptOp.PADTO and isinstance(self.arg, tuple): return f"PADTO({self.axis},{self.arg[0]},{self.arg[1]})"
     return f"{self.op.name}({self.axis},{self.arg})"
 
 
@@ -111,7 +112,11 @@ def _opt(name: str, args: list[str], loc: Loc | None, col: int) -> Opt:
     if args[2] not in _LETTERS: raise fail(f"unknown axis type '{args[2]}'; types are {' '.join(_LETTERS)}")
     axis, k = ints(args[:2])
     return Opt(op, axis, (k, _LETTERS[args[2]], len(args) == 4))
-  if len(args) != 2: raise fail(f"expected {name}(axis, {'multiple' if op is OptOp.PADTO else 'axis'})")
+  if op is OptOp.PADTO:
+    if len(args) not in (2, 3): raise fail("expected PADTO(axis, multiple) or PADTO(axis, multiple, overlap tile)")
+    axis, *arg = ints(args)
+    return Opt(op, axis, arg[0] if len(arg) == 1 else tuple(arg))
+  if len(args) != 2: raise fail(f"expected {name}(axis, axis)")
   axis, arg = ints(args)
   return Opt(op, axis, arg)
 
