@@ -278,8 +278,9 @@ def test_the_heuristics_stage_large_float32_gemms_only():
   assert _heuristic(gemm(2048, 2048, 1152)) == ("g32 u2 l8 u4 g9 u2 l16 u4 R256 r8", STAGED + ",STAGE(2)")  # 1152: no 256 columns
   assert _heuristic(gemm_t(2048, 512, 1024, True, True))[1].endswith(",STAGE(2)")   # 256 workgroups, both inputs transposed
   assert _heuristic(gemm(1024, 1024, 1024))[1] == STAGED + ",STAGE(2)"  # 128 workgroups of 2 x 2 runs: one an SM
-  assert "STAGE" not in _heuristic(gemm(512, 1024, 1024))[1]      # 64 workgroups: fewer than the GPU's SMs
-  assert "STAGE" not in _heuristic(gemm(2000, 2048, 2000))[1]     # not a multiple of the 64 x 128 tile
+  assert "STAGE" not in _heuristic(gemm(512, 1024, 1024))[1]      # 64 workgroups: fewer than half the GPU's SMs
+  assert _heuristic(gemm(2000, 2048, 2000))[1] == "PADTO(0,64,64),PADTO(1,256,256)," + WIDE + ",STAGE(2)"  # overlapping tiles
+  assert "STAGE" not in _heuristic(gemm(40, 2048, 1100))[1]       # 40 rows: shorter than the workgroup's 64
   assert "STAGE" not in _heuristic(conv2d(64, 56, 56, 64, 3, 3, 1))[1]
 
 

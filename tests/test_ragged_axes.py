@@ -4,21 +4,43 @@ not. The padded kernel computes what the unpadded one does (the emulator against
 from __future__ import annotations
 
 import numpy as np
+import pytest
 
 import uopc.stages.gpu_schedule as gs
+from test_cuda_gpu import gpu  # noqa: F401 (a fixture)
+from test_cuda_ptx import needs_ptxas, ptxas_accepts
+from test_group_reduce import emulated
 from test_local_staging import _check_gemm, _heuristic, _inputs
-from test_tensor_programs import conv2d, gemm
+from test_optimize import GPU
+from test_tensor_programs import Func, conv2d, gemm
+from uopc.diagnostics import CompileError
+from uopc.ops import Ops
 from uopc.run import run_file
+from uopc.stages.optimize import apply_opts
+from uopc.stages.opts import parse_opts
 
 
 def test_a_long_ragged_contiguous_axis_is_padded():
-  axes, opts = _heuristic(gemm(64, 768, 50257))
-  assert opts.startswith("PADTO(1,64),") and "g393" in axes  # 50304 columns: 393 x 128
+  """Where the staged schedule does not take the gemm (too few workgroups), PADTO masks the padded columns."""
+  axes, opts = _heuristic(gemm(16, 768, 50257))
+  assert opts.startswith("PADTO(1,64),") and "STAGE" not in opts
   assert _heuristic(gemm(64, 768, 1031))[1].startswith("PADTO(1,64),")  # 1031 -> 1088: 5.5% more columns
 
 
+def test_staged_gemms_overlap_their_ragged_tiles():
+  """A float32 gemm that the staged schedule's tiles do not divide gets overlapping tiles (PADTO's third
+  argument, no gated loads) and is staged; the runs are those whose padded work and last wave cost least."""
+  for shape, pads, axes in [((197, 768, 3072), "PADTO(0,64,64),", "g4 u2 l8 u4 g24 u2 l16 u4 R96 r8"),  # ViT's 197 tokens
+                            ((64, 768, 50257), "PADTO(1,128,128),", "u2 l8 u4 g393 u2 l16 u4 R96 r8"),  # GPT-2's logits
+                            ((128, 768, 50257), "PADTO(1,128,128),", "g2 u2 l8 u4 g393 u2 l16 u4 R96 r8"),  # 786 of 2 x 2, not 394 of 2 x 4
+                            ((1000, 768, 1000), "PADTO(0,64,64),PADTO(1,128,128),", "g16 u2 l8 u4 g8 u2 l16 u4 R96 r8")]:
+    got_axes, opts = _heuristic(gemm(*shape))
+    assert opts.startswith(pads) and opts.endswith(",STAGE(2)") and got_axes == axes, shape
+  assert _heuristic(gemm(2048, 2048, 2048))[1].startswith("SPLIT(")  # divisible: no padding
+  assert "STAGE" not in _heuristic(gemm(197, 3072, 768))[1]           # 24 workgroups: too few to stage
+
+
 def test_other_axes_are_left_alone():
-  assert "PADTO" not in _heuristic(gemm(197, 768, 3072))[1]   # ragged rows: not the contiguous axis
   assert "PADTO" not in _heuristic(gemm(64, 768, 1000))[1]    # 1000 = 8 x 125
   assert "PADTO" not in _heuristic(gemm(64, 768, 997))[1]     # shorter than RAGGED_MIN
   assert "PADTO" not in _heuristic(conv2d(64, 28, 28, 64, 3, 3, 1))[1]
@@ -33,3 +55,89 @@ def test_a_padded_gemm_runs_correctly(tmp_path, monkeypatch):
   got = run_file(tmp_path / f"{f.name}.uop", target="cuda", inputs=x, emulated=True).arrays["c"]
   _check_gemm(got, x["a"], x["b"])
   assert np.isfinite(got).all()
+
+
+# ---- overlapping tiles (PADTO's third argument) --------------------------------------------------------------
+
+STAGED_197 = "PADTO(0,64,64),SPLIT(2,8,r),SPLIT(1,4,u),SPLIT(1,16,l),SPLIT(0,4,u),SPLIT(0,8,l),SPLIT(0,2,u)"
+
+
+@pytest.mark.parametrize("m,opts", [
+  (197, STAGED_197 + ",STAGE(2)"),            # 4 row tiles of 64, the last moved back to rows 133..196, staged
+  (197, STAGED_197),                          # the same register tiles, unstaged
+  (70, "PADTO(0,32,16),SPLIT(0,4,u),SPLIT(0,4,l)"),  # tiles of 16 inside a padding of 32: 96 rows, two tiles moved back
+  (37, "PADTO(0,8,37)"),                      # one tile of the whole axis: nothing moves
+], ids=["staged", "unstaged", "small-tiles", "whole-axis"])
+def test_overlapping_tiles_compute_the_unpadded_gemm(tmp_path, monkeypatch, m, opts):
+  """Iterations past the end repeat earlier ones (no gates); every row of c is still a's row times b."""
+  f, x = gemm(m, 32, 256), _inputs(m, 32, 256)
+  got = emulated(tmp_path, monkeypatch, f, x, opts)["c"]
+  _check_gemm(got, x["a"], x["b"])
+
+
+def test_overlapping_tiles_leave_the_loads_ungated():
+  from test_local_staging import _typed
+  kernel = apply_opts(_typed(gemm(197, 32, 256)), parse_opts(STAGED_197), GPU, "k")
+  mem = [u for u in kernel.toposort() if u.op in (Ops.LOAD, Ops.STORE) and u.src[0].op is Ops.INDEX]
+  assert mem and all(len(u.src) == (1 if u.op is Ops.LOAD else 2) for u in mem)
+
+
+@pytest.mark.parametrize("f,opts,why", [
+  (gemm(197, 32, 256), "PADTO(0,64,256)", "the overlap tile must be 1..197"),
+  (gemm(197, 32, 256), "PADTO(2,64,16)", "only a GLOBAL axis"),
+], ids=["tile-too-big", "reduce-axis"])
+def test_overlapping_tiles_are_refused_where_they_would_change_results(f, opts, why):
+  from test_local_staging import _typed
+  with pytest.raises(CompileError, match=why): apply_opts(_typed(f), parse_opts(opts), GPU, "k")
+
+
+def test_an_in_place_kernel_cannot_overlap():
+  """A kernel that reads what it stores would read a repeated tile's new values: refused."""
+  from test_local_staging import _typed
+  f = Func("inplace")
+  x, y = f.param("x", (197, 48), out=True), f.param("y", (48,))
+  f.store(x, f.op("ADD", f.op("MUL", x, f.expand(f.reshape(y, (1, 48)), (197, 48))), x))
+  with pytest.raises(CompileError, match="must not read a global buffer it stores to"):
+    apply_opts(_typed(f), parse_opts("PADTO(0,64,64)"), GPU, "k")
+
+
+@needs_ptxas
+@pytest.mark.parametrize("arch", ["sm_80", "sm_90"])
+def test_ptxas_accepts_overlapping_staged_gemms(tmp_path, arch):
+  """The heuristics' staged gemms with overlapping tiles: rows (197), unaligned columns (1031: 4-byte copies)."""
+  from test_optimize import program
+  from uopc.driver import BuildOptions, build
+  f, g = gemm(197, 768, 3072), gemm(1024, 768, 1031)
+  g.name = "gemm2"
+  (tmp_path / "r.uop").write_text(program([f, g]))
+  build(tmp_path / "r.uop", BuildOptions(target="cuda", out_dir=tmp_path / "out", emit=("ptx",)))
+  ptx = (tmp_path / "out" / "r.ptx").read_text()
+  for needed in ("cp.async.cg.shared.global", "cp.async.ca.shared.global [%r", "max.s32", "bar.sync"):
+    assert needed in ptx, needed
+  ptxas_accepts(ptx, arch, tmp_path)
+
+
+@pytest.mark.gpu
+def test_overlapping_tiles_on_a_cuda_gpu(gpu, tmp_path):  # noqa: F811 (gpu is test_cuda_gpu's fixture)
+  """The heuristics' staged gemms with overlapping tiles (ViT's 197 rows, GPT-2's 50257 logits, both axes of
+  1000 x 1000, unaligned rows of b: 1031) against numpy on the GPU; compute-sanitizer runs this in the notes."""
+  import ctypes
+  from gpu_samples import call
+  from test_optimize import program
+  from uopc.driver import BuildOptions, build
+  from uopc.frontend import load_module
+  from uopc.pipeline import compile_module
+  shapes = {"a": (197, 768, 3072), "b": (64, 768, 50257), "c": (1000, 768, 1000), "d": (1024, 768, 1031)}
+  funcs = []
+  for name, shape in shapes.items():
+    f = gemm(*shape)
+    f.name = f"g{name}"
+    funcs.append(f)
+  (tmp_path / "r.uop").write_text(program(funcs))
+  paths = build(tmp_path / "r.uop", BuildOptions(target="cuda", out_dir=tmp_path / "out"))
+  lib = ctypes.CDLL(str(next(p for p in paths if p.suffix == ".so")))
+  entries = {e.name: e for e in compile_module(load_module(str(tmp_path / "r.uop")), "cuda", "r")}
+  for name, (m, k, n) in shapes.items():
+    x = _inputs(m, k, n)
+    got = call(gpu, lib, "r", entries[f"g{name}"], [x["a"], x["b"], np.zeros((m, n), np.float32)])[2]
+    _check_gemm(got, x["a"], x["b"])

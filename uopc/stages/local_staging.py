@@ -34,7 +34,9 @@ from there; the analysis is uopc.stages.tc_staging's (the tensor cores' staging)
 `staged_gemm` is the heuristic that picks this for a large float32 gemm on -t cuda, with a schedule
 made for it (each thread's 8 x 16 or 8 x 8 outputs as 2 x 4 or 2 x 2 runs of 4, the runs of an axis 4 x
 its threads apart, so that a quarter warp's 16-byte LOCAL reads of b are 128 contiguous bytes: no bank
-conflict).
+conflict). An M or N that the workgroup's tile does not divide is padded with overlapping tiles (PADTO's
+third argument): the last tile moves back to end at the axis's end, a shift that depends on the workgroup
+only, so the loads stay ungated and their addresses affine in the threads and lanes.
 
 Invariants: the staged kernel reads exactly the values the unstaged one read and computes in the same
 order (bit for bit the same results); every copy is in bounds (the box is dense and inside what the
@@ -253,9 +255,16 @@ STAGED_K = (8, 4)          # reduction elements an iteration stages (the tiles' 
                            # a product's two roundings (mul + add) / fused into one fma: ptxas gives depth 4 126 registers,
                            # 4 workgroups of 128 an SM (8: 141, 167 with fma). On the H100, gemm 2048: 0.697-0.714 ms at depth
                            # 4, 0.649-0.660 at 8 with two roundings; 0.464-0.487 at 4, 0.651-0.696 at 8 with fma
-STAGED_MIN_WORKGROUPS = (256, 128)  # the staged schedule of each of STAGED_RUNS only where it leaves this many workgroups
-                           # (2048 x 2048: 512 of 2 x 2 runs). H100, gemm 1024: 2 x 2 runs, 128 workgroups 0.099 ms against
-                           # the unstaged register tiles' 0.277 (256 of 64 threads); 2 x 4 runs, 64 workgroups 0.247
+STAGED_SMS = 132           # multiprocessors of the GPU these choices were measured on (an H100 SXM)
+STAGED_MIN_WORKGROUPS = (256, STAGED_SMS // 2)  # the staged schedule of each of STAGED_RUNS only where it leaves this
+                           # many workgroups (2048 x 2048: 512 of 2 x 2 runs). H100, gemm 1024: 2 x 2 runs, 128 workgroups
+                           # 0.099 ms against the unstaged register tiles' 0.277 (256 of 64 threads); 2 x 4 runs, 64
+                           # workgroups 0.247; 197 x 768 x 2304, 72 workgroups of 2 x 2: 0.076 against 0.134; 512 x 1024 x
+                           # 1024, 64 of them: 0.101 against 0.097
+STAGED_PER_SM = (2, 3)     # workgroups of each of STAGED_RUNS an SM runs at once (their registers, above) ...
+STAGED_SPEED = (1.0, 0.95)  # ... and their relative speed where both fill the GPU (gemm 2048, above). Where several fit,
+                           # the heuristic takes the least padded work / (last wave's fill x speed): 128 x 768 x 50257,
+                           # 394 workgroups of 2 x 4 (1.5 waves) 0.549 ms against 786 of 2 x 2 (2 waves) 0.401
 STAGED_STAGES = 2          # tiles in flight (H100, gemm 2048, one run: 2 stages 0.688 ms, 3 0.712-0.725; --fp-contract=fast
                            # 0.485 against 0.507)
 
@@ -281,24 +290,56 @@ def _gemm_axes(plan: _Planner) -> tuple[int, int, int] | None:
 
 
 def staged_gemm(plan: _Planner) -> bool:
-  """A large float32 gemm on -t cuda (`_gemm_axes`; M, N, K multiples of the workgroup's 64 x 128 x
-  STAGED_K tile, STAGED_MIN_WORKGROUPS workgroups or more): the schedule of the module docstring, its
-  tiles of a and b staged; False (nothing applied) where it does not fit or cannot be staged."""
+  """A large float32 gemm on -t cuda (`_gemm_axes`; K a multiple of STAGED_K, STAGED_MIN_WORKGROUPS
+  workgroups of 64 x 128 or 64 x 256 or more): the schedule of the module docstring, its tiles of a and b
+  staged; False (nothing applied) where it does not fit or cannot be staged. An M or N that the
+  workgroup's tile does not divide is padded with overlapping tiles (`_ragged_pads`)."""
   if plan.caps.name != "cuda" or plan.opts or (shape := _gemm_axes(plan)) is None: return False
   m, n, k = shape
   depth = STAGED_K[plan.caps.fused_products]
   if plan.size(k) % depth or plan.size(k) < 2 * depth: return False
-  outputs = math.prod(plan.size(i) for i in plan.axes(AxisType.GLOBAL))
-  def fits(runs: tuple[int, int], least: int) -> bool:
+  others = math.prod(plan.size(i) for i in plan.axes(AxisType.GLOBAL) if i not in (m, n))
+  fits = []
+  for runs, least, per_sm, speed in zip(STAGED_RUNS, STAGED_MIN_WORKGROUPS, STAGED_PER_SM, STAGED_SPEED):
     tile = {m: STAGED_THREADS[0] * STAGED_RUN * runs[0], n: STAGED_THREADS[1] * STAGED_RUN * runs[1]}
-    return not any(plan.size(i) % t for i, t in tile.items()) and outputs // (tile[m] * tile[n]) >= least
-  if (runs := next((r for r, least in zip(STAGED_RUNS, STAGED_MIN_WORKGROUPS) if fits(r, least)), None)) is None: return False
+    workgroups = others * math.prod(-(-plan.size(i) // t) for i, t in tile.items())
+    if (pads := _ragged_pads(plan, tile)) is None or workgroups < least: continue
+    slots = per_sm * STAGED_SMS
+    fill = workgroups / (-(-workgroups // slots) * slots)
+    padded = math.prod(-(-plan.size(i) // t) * t / plan.size(i) for i, t in tile.items())
+    fits.append((padded / (fill * speed), tile, runs, pads))
+  for _, tile, runs, pads in sorted(fits, key=lambda f: f[0]):
+    if (trial := _staged(plan, k, depth, tile, runs, pads)) is not None:
+      plan.sink, plan.opts = trial.sink, trial.opts
+      return True
+  return False
+
+
+STAGED_MAX_PAD = 1 / 3  # an axis the tile does not divide is padded where that adds at most this share of its size
+
+
+def _ragged_pads(plan: _Planner, tile: dict[int, int]) -> list[Opt] | None:
+  """PADTO(axis, t, t) for each axis that its tile t does not divide (the last tile moved back to end at
+  the axis's end: no gated loads, so the tiles can still be staged), or None where one would add more
+  than STAGED_MAX_PAD of the axis's iterations or the axis is shorter than its tile."""
+  pads = []
+  for i, t in tile.items():
+    size = plan.size(i)
+    if size % t == 0: continue
+    if size < t or -size % t > size * STAGED_MAX_PAD: return None
+    pads.append(Opt(OptOp.PADTO, i, (t, t)))
+  return pads
+
+
+def _staged(plan: _Planner, k: int, depth: int, tile: dict[int, int], runs: tuple[int, int], pads: list[Opt]) -> _Planner | None:
+  """A planner with the staged schedule applied (after `pads`), or None where an opt or the staging fails."""
+  m, n = tile
   splits = {k: [(depth, AxisType.UNROLL)]}
   for i, threads, r in ((m, STAGED_THREADS[0], runs[0]), (n, STAGED_THREADS[1], runs[1])):  # axis -> (outer, runs, threads, run)
     splits[i] = [(STAGED_RUN, AxisType.UPCAST), (threads, AxisType.LOCAL), (r, AxisType.UPCAST)]
   trial = _Planner(plan.sink, plan.caps)
+  if not all(trial.apply(p) for p in pads): return None
   for i in sorted(splits, reverse=True):  # a split renumbers only later axes
-    if not all(trial.apply(Opt(OptOp.SPLIT, i, (f, t, False))) for f, t in splits[i]): return False
-  if not trial.apply(Opt(OptOp.STAGE, None, STAGED_STAGES)) and not trial.apply(Opt(OptOp.STAGE, None, STAGE_AUTO)): return False
-  plan.sink, plan.opts = trial.sink, trial.opts
-  return True
+    if not all(trial.apply(Opt(OptOp.SPLIT, i, (f, t, False))) for f, t in splits[i]): return None
+  if not trial.apply(Opt(OptOp.STAGE, None, STAGED_STAGES)) and not trial.apply(Opt(OptOp.STAGE, None, STAGE_AUTO)): return None
+  return trial

@@ -95,9 +95,8 @@ def _gpu_heuristics(plan: _Planner) -> None:
   from uopc.stages.tc_opt import tensor_core_heuristics  # they build on this module's helpers
   from uopc.stages.local_staging import staged_gemm
   from uopc.stages.ragged_axes import pad_ragged_output
-  if tensor_core_heuristics(plan): return
+  if tensor_core_heuristics(plan) or staged_gemm(plan): return
   pad_ragged_output(plan)
-  if staged_gemm(plan): return
   from uopc.stages.gpu_rows import row_reduction  # these build on this module's helpers
   from uopc.stages.gpu_schedule import tiled_reduction
   if row_reduction(plan) or tiled_reduction(plan): return

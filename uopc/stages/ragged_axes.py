@@ -3,11 +3,12 @@
 factors their vectors, register tiles and workgroups need along it.
 
 Without it that axis cannot be split: GPT-2's logits, 64 x 768 @ 768 x 50257 in float32, got one workgroup
-per column, and ran at 6% of torch.matmul on an H100 (2.73 ms; 0.79 padded; 50304 columns, which the staged
-schedule takes, 0.19: tests/bench/RESULTS.md). The padded iterations are masked (PADTO gates every LOAD and
-STORE inside the axis), so the results are those of the unpadded kernel. Other ragged axes are left alone:
-a gemm's 197 rows padded to 256 ran slower (0.219 and 0.299 ms against 0.195 and 0.175) under the same
-register tiles, which gated loads keep from the staged schedule.
+per column, and ran at 6% of torch.matmul on an H100 (2.73 ms; 0.79 padded: tests/bench/RESULTS.md). The
+padded iterations are masked (PADTO gates every LOAD and STORE inside the axis), so the results are those of
+the unpadded kernel. A float32 gemm large enough for the staged schedule does not come here: that schedule
+pads its ragged axes with overlapping tiles instead, which keep the loads ungated (`local_staging.staged_gemm`:
+the logits 0.20 ms). Other ragged axes are left alone: a gemm's 197 rows padded to 256 with masks ran slower
+(0.219 and 0.299 ms against 0.195 and 0.175) under the same register tiles.
 
 Invariants: only the contiguous GLOBAL axis (`_contiguous_output`) of known size, RAGGED_MIN or more, of a
 kernel with a REDUCE axis is padded, to the largest of RAGGED_MULTIPLES that adds at most RAGGED_MAX_WASTE of its iterations; an
