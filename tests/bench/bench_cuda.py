@@ -15,7 +15,8 @@ previous heuristics' tile, 2 stages, 128 x 128 workgroups, and --fp-contract=fas
 halves the float32 instructions);
 `--hgemm-opts OPTS` (repeatable) also times the float16 gemm 4096 with OPTS pinned on
 its kernel (e.g. 'TC(2,-1,4,7)'), `--hgemm-only` times only that gemm (heuristics and pins); `--gemm-opts`
-and `--gemm-only` do the same for the float32 gemm 2048, `--conv-opts` and `--conv-only` for the batched
+and `--gemm-only` do the same for the float32 gemm 2048 (`--gemm-shape M,K,N`: another), `--ragged` times
+only the float32 gemms of real models' ragged shapes (RAGGED_GEMMS), `--conv-opts` and `--conv-only` for the batched
 convolution; each with torch's
 time and rate for the same computation, and bandwidths also as a share of the measured copy bandwidth
 and of the peak the driver reports (memory clock x bus width). Each time is the median of several
@@ -296,15 +297,32 @@ GEMM_VARIANTS = [  # (opts of gemm 2048's kernel, build flags, label); the heuri
 ]
 
 
-def bench_gemm_pins(gpu: Driver, timer: Timer, out_dir: pathlib.Path, pins: list[str | None]) -> None:
-  """The float32 gemm 2048 tensor program with each of `pins` as its kernel's opts (None: the heuristics')."""
-  from bench.workloads import gemms
+def bench_gemm_pins(gpu: Driver, timer: Timer, out_dir: pathlib.Path, pins: list[str | None], shape=(2048, 2048, 2048)) -> None:
+  """The float32 gemm tensor program of `shape` (M, K, N) with each of `pins` as its kernel's opts (None: the heuristics')."""
+  from bench.workloads import gemm_shape
   rng = np.random.default_rng(3)
   for opts in pins:
     try:
-      bench_tensor_program(gpu, timer, out_dir, gemms([2048])[0], _torch_gemm(None), rng, {}, opts, None, opts or "tensor program")
+      bench_tensor_program(gpu, timer, out_dir, gemm_shape(*shape), _torch_gemm(None), rng, {}, opts, None, opts or "tensor program")
     except Exception as e:  # noqa: BLE001
-      print(f"gemm 2048 ({opts}): FAILED: {type(e).__name__}: {str(e)[:300]}")
+      print(f"gemm {shape} ({opts}): FAILED: {type(e).__name__}: {str(e)[:300]}")
+
+
+# float32 gemms of real models whose sizes the tiles do not divide (M x K x N): ViT-B/16's 197 tokens (MLP up and
+# down, QKV), GPT-2's logits (50257 classes) for 64 and 128 tokens, a 1031-wide layer, ImageNet's 1000 classes
+RAGGED_GEMMS = ((197, 768, 3072), (197, 3072, 768), (197, 768, 2304), (64, 768, 50257), (128, 768, 50257),
+                (1024, 768, 1031), (1000, 768, 1000))
+
+
+def bench_gemm_shapes(gpu: Driver, timer: Timer, out_dir: pathlib.Path, shapes) -> None:
+  """The float32 gemm tensor program of each (M, K, N) of `shapes` with the heuristics' opts, against torch.matmul."""
+  from bench.workloads import gemm_shape
+  rng = np.random.default_rng(3)
+  for shape in shapes:
+    try:
+      bench_tensor_program(gpu, timer, out_dir, gemm_shape(*shape), _torch_gemm(None), rng, {})
+    except Exception as e:  # noqa: BLE001
+      print(f"gemm {shape}: FAILED: {type(e).__name__}: {str(e)[:300]}")
 
 
 def _torch_gemm(flags: dict | None):
@@ -331,6 +349,8 @@ def main() -> None:
   parser.add_argument("--conv-only", action="store_true", help="time only the batched convolution (heuristics, then each --conv-opts)")
   parser.add_argument("--gemm-opts", action="append", default=[], metavar="OPTS", help="also time the float32 gemm 2048 with OPTS pinned")
   parser.add_argument("--gemm-only", action="store_true", help="time only the float32 gemm 2048 (heuristics, then each --gemm-opts)")
+  parser.add_argument("--gemm-shape", default="2048,2048,2048", metavar="M,K,N", help="the float32 gemm of --gemm-only/--gemm-opts")
+  parser.add_argument("--ragged", action="store_true", help="time only the float32 gemms of RAGGED_GEMMS (real models' shapes)")
   args = parser.parse_args()
   global ARCHS
   ARCHS = tuple(args.arch)
@@ -347,8 +367,12 @@ def main() -> None:
   if args.conv_only:
     for opts in (None, *args.conv_opts): bench_batched_conv(gpu, timer, out_dir, opts)
     return
+  shape = tuple(int(x) for x in args.gemm_shape.split(","))
   if args.gemm_only:
-    bench_gemm_pins(gpu, timer, out_dir, [None, *args.gemm_opts])
+    bench_gemm_pins(gpu, timer, out_dir, [None, *args.gemm_opts], shape)
+    return
+  if args.ragged:
+    bench_gemm_shapes(gpu, timer, out_dir, RAGGED_GEMMS)
     return
   bandwidths = {"copy": bench_add(gpu, timer, out_dir), "peak": peak_gbs(gpu)}
   print(f"DRAM peak from the driver (memory clock x bus width): {bandwidths['peak']:.1f} GB/s")
@@ -376,7 +400,7 @@ def main() -> None:
     print(f"conv3x3 batch 32: FAILED: {type(e).__name__}: {str(e)[:300]}")
   if args.hgemm_opts: bench_hgemm_pins(gpu, timer, out_dir, args.hgemm_opts)
   for opts in args.conv_opts: bench_batched_conv(gpu, timer, out_dir, opts)
-  if args.gemm_opts: bench_gemm_pins(gpu, timer, out_dir, args.gemm_opts)
+  if args.gemm_opts: bench_gemm_pins(gpu, timer, out_dir, args.gemm_opts, shape)
 
 
 def bench_hgemm_pins(gpu: Driver, timer: Timer, out_dir: pathlib.Path, pins: list[str | None]) -> None:

@@ -193,6 +193,13 @@ def gemms(sizes) -> list[Workload]:
                    lambda a, b: a @ b, lambda a, b: a @ b, 2 * s ** 3, "GFLOP/s") for s in sizes]
 
 
+def gemm_shape(m: int, k: int, n: int) -> Workload:
+  """C = A @ B of float32 (m x k) and (k x n): a gemm of a real model's shape (ragged ones too)."""
+  return Workload("gemm", f"gemm {m}x{k}x{n}", gemm(m, k, n), normal((m, k), (k, n)), lambda a, b: np.matmul(*f64(a, b)),
+                  lambda a, b: Tolerance(atol=gamma(k) * np.matmul(*f64(np.abs(a), np.abs(b)))),
+                  lambda a, b: a @ b, lambda a, b: a @ b, 2 * m * k * n, "GFLOP/s")
+
+
 def half_gemm(s: int) -> Workload:
   """C = float(A) @ float(B) for float16 A and B (float32 sums): the GPU bench's tensor-core gemm."""
   f = Func("hgemm")
