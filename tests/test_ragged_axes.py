@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from hypothesis import HealthCheck, given, settings, strategies as st
 
 import uopc.stages.gpu_schedule as gs
 from test_cuda_gpu import gpu  # noqa: F401 (a fixture)
@@ -16,7 +17,8 @@ from test_tensor_programs import Func, conv2d, gemm
 from uopc.diagnostics import CompileError
 from uopc.ops import Ops
 from uopc.run import run_file
-from uopc.stages.optimize import apply_opts
+from uopc.ops import AxisType
+from uopc.stages.optimize import Opt, OptError, OptOp, apply_opt, apply_opts, axis_size, kernel_axes
 from uopc.stages.opts import parse_opts
 
 
@@ -66,8 +68,8 @@ STAGED_197 = "PADTO(0,64,64),SPLIT(2,8,r),SPLIT(1,4,u),SPLIT(1,16,l),SPLIT(0,4,u
   (197, STAGED_197 + ",STAGE(2)"),            # 4 row tiles of 64, the last moved back to rows 133..196, staged
   (197, STAGED_197),                          # the same register tiles, unstaged
   (70, "PADTO(0,32,16),SPLIT(0,4,u),SPLIT(0,4,l)"),  # tiles of 16 inside a padding of 32: 96 rows, two tiles moved back
-  (37, "PADTO(0,8,37)"),                      # one tile of the whole axis: nothing moves
-], ids=["staged", "unstaged", "small-tiles", "whole-axis"])
+  (37, "PADTO(0,8,20)"),                      # 40 in tiles of 20: the second moved back to 17..36
+], ids=["staged", "unstaged", "small-tiles", "two-tiles"])
 def test_overlapping_tiles_compute_the_unpadded_gemm(tmp_path, monkeypatch, m, opts):
   """Iterations past the end repeat earlier ones (no gates); every row of c is still a's row times b."""
   f, x = gemm(m, 32, 256), _inputs(m, 32, 256)
@@ -83,9 +85,10 @@ def test_overlapping_tiles_leave_the_loads_ungated():
 
 
 @pytest.mark.parametrize("f,opts,why", [
-  (gemm(197, 32, 256), "PADTO(0,64,256)", "the overlap tile must be 1..197"),
+  (gemm(197, 32, 256), "PADTO(0,64,256)", "the overlap tile must be at most the axis.s size 197"),
+  (gemm(197, 32, 256), "PADTO(0,64,48)", "divide its padded size 256"),
   (gemm(197, 32, 256), "PADTO(2,64,16)", "only a GLOBAL axis"),
-], ids=["tile-too-big", "reduce-axis"])
+], ids=["tile-too-big", "tile-not-dividing", "reduce-axis"])
 def test_overlapping_tiles_are_refused_where_they_would_change_results(f, opts, why):
   from test_local_staging import _typed
   with pytest.raises(CompileError, match=why): apply_opts(_typed(f), parse_opts(opts), GPU, "k")
@@ -141,3 +144,39 @@ def test_overlapping_tiles_on_a_cuda_gpu(gpu, tmp_path):  # noqa: F811 (gpu is t
     x = _inputs(m, k, n)
     got = call(gpu, lib, "r", entries[f"g{name}"], [x["a"], x["b"], np.zeros((m, n), np.float32)])[2]
     _check_gemm(got, x["a"], x["b"])
+
+
+@st.composite
+def _gpu_opts(draw, kernel):
+  """Random opts for a GPU kernel, overlapping PADTOs among them (illegal draws are dropped)."""
+  opts = []
+  for _ in range(draw(st.integers(1, 5))):
+    axes = kernel_axes(kernel)
+    i = draw(st.integers(0, len(axes) - 1))
+    size = axis_size(axes[i])
+    kind = draw(st.sampled_from(("overlap", "overlap", "split", "split", "padto")))
+    if kind == "overlap" and isinstance(size, int):
+      opt = Opt(OptOp.PADTO, i, (draw(st.sampled_from((2, 4, 8, 16))), draw(st.integers(1, max(1, size)))))
+    elif kind == "padto": opt = Opt(OptOp.PADTO, i, draw(st.sampled_from((2, 4, 8))))
+    else: opt = Opt(OptOp.SPLIT, i, (draw(st.sampled_from((2, 3, 4))), draw(st.sampled_from((AxisType.UPCAST, AxisType.LOCAL, AxisType.UNROLL))), False))
+    try:
+      kernel = apply_opt(kernel, opt, GPU, first=not opts)
+    except OptError:
+      continue
+    opts.append(opt)
+  return ",".join(map(str, opts))
+
+
+@settings(max_examples=30, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow])
+@given(dims=st.tuples(*[st.sampled_from((3, 5, 6, 7, 9, 12)) for _ in range(3)]), which=st.integers(0, 5), data=st.data())
+def test_random_overlapping_tiles_compute_what_the_plain_kernel_does(tmp_path_factory, monkeypatch, dims, which, data):
+  """Random programs of test_optimize (elementwise, reductions, gemm, softmax, padded borders) under random
+  GPU opts with overlapping PADTOs: the emulator's results equal the unoptimised kernel's, bit for bit."""
+  from test_optimize import equivalence_programs, kernels_of, random_inputs
+  f = equivalence_programs(*dims)[which]
+  kernel = next(iter(kernels_of(f.text(), GPU).values()))
+  opts = data.draw(_gpu_opts(kernel), label="opts")
+  inputs = random_inputs(f, which)
+  plain, opt = tmp_path_factory.mktemp("plain"), tmp_path_factory.mktemp("opt")
+  want, got = emulated(plain, monkeypatch, f, inputs, ""), emulated(opt, monkeypatch, f, inputs, opts)
+  for name in want: np.testing.assert_array_equal(got[name], want[name], err_msg=f"{f.name}: {opts}")

@@ -504,13 +504,14 @@ def _padto(sink: UOp, r: UOp, size: int, arg: Any, trace: Trace | None) -> UOp:
 
 def _overlapped(sink: UOp, r: UOp, size: int, tile: Any, wide: UOp) -> UOp:
   """PADTO's third argument: the index of iteration w of the padded axis, w - max(0, (w // tile) * tile +
-  tile - size): a tile of iterations that would run past the end is moved back to end at it, so every
+  tile - size), where tile divides the padded size (so every tile is whole): a tile of iterations that would run past the end is moved back to end at it, so every
   iteration is in bounds and none is masked; the moved tile repeats iterations of the one before it,
   which store the same values again. Legal where repeating an iteration changes nothing: r is a GLOBAL
   axis (independent iterations: its REG and LOCAL buffers are its own) of a kernel that reads no global
   buffer it stores to and has no atomic adds."""
-  if not isinstance(tile, int) or not 1 <= tile <= size:
-    raise OptError(f"the overlap tile must be 1..{size} (the axis's size), got {tile}")
+  padded = axis_size(wide)
+  if not isinstance(tile, int) or not 1 <= tile <= size or padded % tile:
+    raise OptError(f"the overlap tile must be at most the axis's size {size} and divide its padded size {padded}, got {tile}")
   if axis_type(r) is not AxisType.GLOBAL: raise OptError(f"only a GLOBAL axis's tiles overlap, not {axis_type(r).name}")
   mem = _memory_ops(sink)
   stored = {b for u in mem if u.op is Ops.STORE and _is_global(b := root_buffer(u.src[0]))}
