@@ -27,7 +27,7 @@ def unstaged(monkeypatch):
   """No staged float32 gemms (uopc.stages.local_staging, which takes gemm 1024 since it fills the SMs): the
   register tiles of this module for every gemm."""
   import uopc.stages.local_staging as ls
-  monkeypatch.setattr(ls, "STAGED_MIN_WORKGROUPS", (1 << 30,) * len(ls.STAGED_RUNS))
+  monkeypatch.setattr(ls, "STAGED_TILES", ())
 
 
 def test_a_large_gemm_gets_a_register_tile_a_two_axis_workgroup_and_an_unrolled_reduction(unstaged):
@@ -47,7 +47,7 @@ def test_a_small_kernel_keeps_the_gpu_busy_before_it_tiles():
   assert schedule(gemm(64, 1024, 64)) == ["g64 g8 l4 u2 R8 r4 G32"]
 
 
-def test_a_shared_reduction_is_blocked_where_no_input_reads_along_it_or_the_tile_is_large():
+def test_a_shared_reduction_is_blocked_where_no_input_reads_along_it_or_the_tile_is_large(unstaged):
   # a^T @ b: neither input is contiguous along k, so each of 8 threads sums its own run (top, unrolled)
   f = Func("gemm_tn")
   a, b = f.param("a", (1024, 64)), f.param("b", (1024, 64))

@@ -35,6 +35,9 @@ STAGED = "SPLIT(2,8,r),SPLIT(1,4,u),SPLIT(1,16,l),SPLIT(1,2,u),SPLIT(0,4,u),SPLI
 # the default tile's shape (8 x 8 consecutive outputs a thread), K depth 8 or 4
 # ... and its wider tile, 2 x 4 runs (8 x 16 outputs a thread, 64 x 256 a workgroup), where that leaves 256 workgroups
 WIDE = STAGED.replace("SPLIT(1,16,l),SPLIT(1,2,u)", "SPLIT(1,16,l),SPLIT(1,4,u)")
+# ... and its small tiles for gemms with few rows: 32 x 64 outputs a workgroup (4 x 4 a thread), 16 x 128 (2 x 8)
+SMALL = "SPLIT(2,8,r),SPLIT(1,4,u),SPLIT(1,16,l),SPLIT(0,4,u),SPLIT(0,8,l)"
+NARROW = "SPLIT(2,8,r),SPLIT(1,4,u),SPLIT(1,16,l),SPLIT(1,2,u),SPLIT(0,2,u),SPLIT(0,8,l)"
 PLAIN8 = "SPLIT(2,8,r),SPLIT(1,8,u),SPLIT(0,8,u),SPLIT(2,16,l),SPLIT(0,8,l)"
 
 
@@ -278,7 +281,8 @@ def test_the_heuristics_stage_large_float32_gemms_only():
   assert _heuristic(gemm(2048, 2048, 1152)) == ("g32 u2 l8 u4 g9 u2 l16 u4 R256 r8", STAGED + ",STAGE(2)")  # 1152: no 256 columns
   assert _heuristic(gemm_t(2048, 512, 1024, True, True))[1].endswith(",STAGE(2)")   # 256 workgroups, both inputs transposed
   assert _heuristic(gemm(1024, 1024, 1024))[1] == STAGED + ",STAGE(2)"  # 128 workgroups of 2 x 2 runs: one an SM
-  assert "STAGE" not in _heuristic(gemm(512, 1024, 1024))[1]      # 64 workgroups: fewer than half the GPU's SMs
+  assert _heuristic(gemm(512, 1024, 1024))[1] == SMALL + ",STAGE(2)"  # 64 x 128: 64 workgroups, too few; 32 x 64: 256
+  assert _heuristic(gemm(16, 768, 50304))[1] == NARROW + ",STAGE(2)"  # 16 rows: 16 x 128 workgroups
   assert _heuristic(gemm(2000, 2048, 2000))[1] == "PADTO(0,64,64),PADTO(1,256,256)," + WIDE + ",STAGE(2)"  # overlapping tiles
   assert "STAGE" not in _heuristic(gemm(40, 2048, 1100))[1]       # 40 rows: shorter than the workgroup's 64
   assert "STAGE" not in _heuristic(conv2d(64, 56, 56, 64, 3, 3, 1))[1]

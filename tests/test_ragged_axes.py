@@ -11,7 +11,7 @@ import uopc.stages.gpu_schedule as gs
 from test_cuda_gpu import gpu  # noqa: F401 (a fixture)
 from test_cuda_ptx import needs_ptxas, ptxas_accepts
 from test_group_reduce import emulated
-from test_local_staging import _check_gemm, _heuristic, _inputs
+from test_local_staging import NARROW, SMALL, _check_gemm, _heuristic, _inputs
 from test_optimize import GPU
 from test_tensor_programs import Func, conv2d, gemm
 from uopc.diagnostics import CompileError
@@ -24,7 +24,7 @@ from uopc.stages.opts import parse_opts
 
 def test_a_long_ragged_contiguous_axis_is_padded():
   """Where the staged schedule does not take the gemm (too few workgroups), PADTO masks the padded columns."""
-  axes, opts = _heuristic(gemm(16, 768, 50257))
+  axes, opts = _heuristic(gemm(8, 768, 50257))
   assert opts.startswith("PADTO(1,64),") and "STAGE" not in opts
   assert _heuristic(gemm(64, 768, 1031))[1].startswith("PADTO(1,64),")  # 1031 -> 1088: 5.5% more columns
 
@@ -32,14 +32,17 @@ def test_a_long_ragged_contiguous_axis_is_padded():
 def test_staged_gemms_overlap_their_ragged_tiles():
   """A float32 gemm that the staged schedule's tiles do not divide gets overlapping tiles (PADTO's third
   argument, no gated loads) and is staged; the runs are those whose padded work and last wave cost least."""
-  for shape, pads, axes in [((197, 768, 3072), "PADTO(0,64,64),", "g4 u2 l8 u4 g24 u2 l16 u4 R96 r8"),  # ViT's 197 tokens
+  for shape, pads, axes in [((197, 768, 3072), "PADTO(0,16,16),", "g13 l8 u2 g24 u2 l16 u4 R96 r8"),  # ViT's 197 tokens
+                            ((394, 768, 3072), "PADTO(0,64,64),", "g7 u2 l8 u4 g24 u2 l16 u4 R96 r8"),  # two images
                             ((64, 768, 50257), "PADTO(1,128,128),", "u2 l8 u4 g393 u2 l16 u4 R96 r8"),  # GPT-2's logits
                             ((128, 768, 50257), "PADTO(1,128,128),", "g2 u2 l8 u4 g393 u2 l16 u4 R96 r8"),  # 786 of 2 x 2, not 394 of 2 x 4
-                            ((1000, 768, 1000), "PADTO(0,64,64),PADTO(1,128,128),", "g16 u2 l8 u4 g8 u2 l16 u4 R96 r8")]:
+                            ((1000, 768, 1000), "PADTO(0,64,64),PADTO(1,128,128),", "g16 u2 l8 u4 g8 u2 l16 u4 R96 r8"),
+                            ((16, 768, 50257), "PADTO(1,128,128),", "l8 u2 g393 u2 l16 u4 R96 r8")]:  # 16 x 128 workgroups
     got_axes, opts = _heuristic(gemm(*shape))
     assert opts.startswith(pads) and opts.endswith(",STAGE(2)") and got_axes == axes, shape
   assert _heuristic(gemm(2048, 2048, 2048))[1].startswith("SPLIT(")  # divisible: no padding
-  assert "STAGE" not in _heuristic(gemm(197, 3072, 768))[1]           # 24 workgroups: too few to stage
+  assert _heuristic(gemm(197, 3072, 768))[1].startswith("PADTO(0,32,32),")  # 24 workgroups of 64 x 128: 32 x 64 instead
+  assert "STAGE" not in _heuristic(gemm(64, 3072, 768))[1]            # 24 workgroups of 32 x 64 and of 16 x 128: too few
 
 
 def test_other_axes_are_left_alone():
@@ -69,7 +72,9 @@ STAGED_197 = "PADTO(0,64,64),SPLIT(2,8,r),SPLIT(1,4,u),SPLIT(1,16,l),SPLIT(0,4,u
   (197, STAGED_197),                          # the same register tiles, unstaged
   (70, "PADTO(0,32,16),SPLIT(0,4,u),SPLIT(0,4,l)"),  # tiles of 16 inside a padding of 32: 96 rows, two tiles moved back
   (37, "PADTO(0,8,20)"),                      # 40 in tiles of 20: the second moved back to 17..36
-], ids=["staged", "unstaged", "small-tiles", "two-tiles"])
+  (70, "PADTO(0,32,32)," + SMALL + ",STAGE(2)"),   # the staged 32 x 64 workgroups: 96 rows, the third tile at 38..69
+  (37, "PADTO(0,16,16)," + NARROW + ",STAGE(2)"),  # the staged 16 x 128 workgroups: 48 rows, the third tile at 21..36
+], ids=["staged", "unstaged", "small-tiles", "two-tiles", "staged-32x64", "staged-16x128"])
 def test_overlapping_tiles_compute_the_unpadded_gemm(tmp_path, monkeypatch, m, opts):
   """Iterations past the end repeat earlier ones (no gates); every row of c is still a's row times b."""
   f, x = gemm(m, 32, 256), _inputs(m, 32, 256)
@@ -107,12 +112,12 @@ def test_an_in_place_kernel_cannot_overlap():
 @needs_ptxas
 @pytest.mark.parametrize("arch", ["sm_80", "sm_90"])
 def test_ptxas_accepts_overlapping_staged_gemms(tmp_path, arch):
-  """The heuristics' staged gemms with overlapping tiles: rows (197), unaligned columns (1031: 4-byte copies)."""
+  """The heuristics' staged gemms, with overlapping tiles: rows (197), unaligned columns (1031: 4-byte copies)."""
   from test_optimize import program
   from uopc.driver import BuildOptions, build
-  f, g = gemm(197, 768, 3072), gemm(1024, 768, 1031)
-  g.name = "gemm2"
-  (tmp_path / "r.uop").write_text(program([f, g]))
+  funcs = [gemm(197, 768, 3072), gemm(1024, 768, 1031), gemm(64, 768, 2304)]  # 16 x 128, 64 x 128, 32 x 64 workgroups
+  for i, f in enumerate(funcs): f.name = f"gemm{i}"
+  (tmp_path / "r.uop").write_text(program(funcs))
   build(tmp_path / "r.uop", BuildOptions(target="cuda", out_dir=tmp_path / "out", emit=("ptx",)))
   ptx = (tmp_path / "out" / "r.ptx").read_text()
   for needed in ("cp.async.cg.shared.global", "cp.async.ca.shared.global [%r", "max.s32", "bar.sync"):
@@ -123,14 +128,16 @@ def test_ptxas_accepts_overlapping_staged_gemms(tmp_path, arch):
 @pytest.mark.gpu
 def test_overlapping_tiles_on_a_cuda_gpu(gpu, tmp_path):  # noqa: F811 (gpu is test_cuda_gpu's fixture)
   """The heuristics' staged gemms with overlapping tiles (ViT's 197 rows, GPT-2's 50257 logits, both axes of
-  1000 x 1000, unaligned rows of b: 1031) against numpy on the GPU; compute-sanitizer runs this in the notes."""
+  1000 x 1000, unaligned rows of b: 1031), each workgroup shape of STAGED_TILES among them, against numpy on
+  the GPU; compute-sanitizer runs this in the notes."""
   import ctypes
   from gpu_samples import call
   from test_optimize import program
   from uopc.driver import BuildOptions, build
   from uopc.frontend import load_module
   from uopc.pipeline import compile_module
-  shapes = {"a": (197, 768, 3072), "b": (64, 768, 50257), "c": (1000, 768, 1000), "d": (1024, 768, 1031)}
+  shapes = {"a": (197, 768, 3072), "b": (64, 768, 50257), "c": (1000, 768, 1000), "d": (1024, 768, 1031), "e": (16, 768, 50257),
+            "f": (197, 3072, 768), "g": (64, 768, 2304)}
   funcs = []
   for name, shape in shapes.items():
     f = gemm(*shape)

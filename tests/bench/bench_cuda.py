@@ -16,7 +16,8 @@ halves the float32 instructions);
 `--hgemm-opts OPTS` (repeatable) also times the float16 gemm 4096 with OPTS pinned on
 its kernel (e.g. 'TC(2,-1,4,7)'), `--hgemm-only` times only that gemm (heuristics and pins); `--gemm-opts`
 and `--gemm-only` do the same for the float32 gemm 2048 (`--gemm-shape M,K,N`: another), `--ragged` times
-only the float32 gemms of real models' ragged shapes (RAGGED_GEMMS), `--conv-opts` and `--conv-only` for the batched
+only the float32 gemms of real models' ragged shapes (RAGGED_GEMMS), `--skinny` those with few rows
+(SKINNY_GEMMS), `--conv-opts` and `--conv-only` for the batched
 convolution; each with torch's
 time and rate for the same computation, and bandwidths also as a share of the measured copy bandwidth
 and of the peak the driver reports (memory clock x bus width). Each time is the median of several
@@ -312,6 +313,9 @@ def bench_gemm_pins(gpu: Driver, timer: Timer, out_dir: pathlib.Path, pins: list
 # down, QKV), GPT-2's logits (50257 classes) for 64 and 128 tokens, a 1031-wide layer, ImageNet's 1000 classes
 RAGGED_GEMMS = ((197, 768, 3072), (197, 3072, 768), (197, 768, 2304), (64, 768, 50257), (128, 768, 50257),
                 (1024, 768, 1031), (1000, 768, 1000))
+# ... and skinny ones (few rows: tokens of a small batch): GPT-2's MLP and QKV at 64 and 16 tokens, one token; its logits
+SKINNY_GEMMS = ((64, 768, 3072), (64, 3072, 768), (64, 768, 2304), (16, 768, 3072), (16, 3072, 768), (1, 768, 3072), (1, 3072, 768),
+                (16, 768, 50257), (1, 768, 50257))
 
 
 def bench_gemm_shapes(gpu: Driver, timer: Timer, out_dir: pathlib.Path, shapes) -> None:
@@ -351,6 +355,7 @@ def main() -> None:
   parser.add_argument("--gemm-only", action="store_true", help="time only the float32 gemm 2048 (heuristics, then each --gemm-opts)")
   parser.add_argument("--gemm-shape", default="2048,2048,2048", metavar="M,K,N", help="the float32 gemm of --gemm-only/--gemm-opts")
   parser.add_argument("--ragged", action="store_true", help="time only the float32 gemms of RAGGED_GEMMS (real models' shapes)")
+  parser.add_argument("--skinny", action="store_true", help="time only the float32 gemms of SKINNY_GEMMS (few rows)")
   args = parser.parse_args()
   global ARCHS
   ARCHS = tuple(args.arch)
@@ -371,8 +376,8 @@ def main() -> None:
   if args.gemm_only:
     bench_gemm_pins(gpu, timer, out_dir, [None, *args.gemm_opts], shape)
     return
-  if args.ragged:
-    bench_gemm_shapes(gpu, timer, out_dir, RAGGED_GEMMS)
+  if args.ragged or args.skinny:
+    bench_gemm_shapes(gpu, timer, out_dir, (RAGGED_GEMMS if args.ragged else ()) + (SKINNY_GEMMS if args.skinny else ()))
     return
   bandwidths = {"copy": bench_add(gpu, timer, out_dir), "peak": peak_gbs(gpu)}
   print(f"DRAM peak from the driver (memory clock x bus width): {bandwidths['peak']:.1f} GB/s")

@@ -32,9 +32,10 @@ from there; the analysis is uopc.stages.tc_staging's (the tensor cores' staging)
   One barrier per iteration.
 
 `staged_gemm` is the heuristic that picks this for a large float32 gemm on -t cuda, with a schedule
-made for it (each thread's 8 x 16 or 8 x 8 outputs as 2 x 4 or 2 x 2 runs of 4, the runs of an axis 4 x
-its threads apart, so that a quarter warp's 16-byte LOCAL reads of b are 128 contiguous bytes: no bank
-conflict). An M or N that the workgroup's tile does not divide is padded with overlapping tiles (PADTO's
+made for it (STAGED_TILES: 8 x 16 threads, each computing 8 x 16, 8 x 8, 4 x 4 or 2 x 8 outputs as runs of
+4 (2 along m in the last), the runs of an axis run x its threads apart, so that a quarter warp's 16-byte
+LOCAL reads of b are 128 contiguous bytes: no bank conflict; workgroups of 64 x 256 to 16 x 128 outputs,
+the smaller ones for gemms with few rows). An M or N that the workgroup's tile does not divide is padded with overlapping tiles (PADTO's
 third argument): the last tile moves back to end at the axis's end, a shift that depends on the workgroup
 only, so the loads stay ungated and their addresses affine in the threads and lanes.
 
@@ -245,26 +246,39 @@ def stage_opt(sink: UOp, opt: Opt, caps: TargetCaps, trace: Trace | None) -> UOp
 
 # ---- the heuristic ------------------------------------------------------------------------------------------
 
-STAGED_THREADS = (8, 16)   # a staged gemm's workgroup: threads along m and along n (n innermost: lidx0) ...
-STAGED_RUN = 4             # ... each computing runs of 4 outputs (one 16-byte vector), the runs of an axis STAGED_RUN x
-STAGED_RUNS = ((2, 4), (2, 2))  # threads apart (a quarter warp's 16-byte LOCAL reads are contiguous): 2 x 4 runs (8 x 16
-                           # outputs, 64 x 256 a workgroup) where that leaves STAGED_MIN_WORKGROUPS, else 2 x 2. H100,
-                           # gemm 2048: 2 x 4 (233 registers: two workgroups an SM, the 256 in one wave) 0.621-0.625 ms
-                           # against 2 x 2's 0.652-0.653 (138 registers, three an SM: 512 in 1.3 waves); 4 x 2 0.636-0.645
+STAGED_THREADS = (8, 16)   # a staged gemm's workgroup: threads along m and along n (n innermost: lidx0), each computing
+                           # runs of outputs (a 16-byte vector along n), the runs of an axis run x its threads apart (a
+                           # quarter warp's 16-byte LOCAL reads of b are then 128 contiguous bytes: no bank conflict)
+
+
+@dataclass(frozen=True)
+class StagedTile:
+  """One workgroup shape of the staged schedule: `run` outputs a run and `runs` runs a thread, along (m, n)."""
+  run: tuple[int, int]
+  runs: tuple[int, int]
+  least: int                # workgroups it must leave at least
+  per_sm: int               # workgroups an SM runs at once (their registers)
+  speed: float              # relative speed where the GPU is full
+
+  def extent(self, axis: int) -> int: return STAGED_THREADS[axis] * self.run[axis] * self.runs[axis]
+
+
+STAGED_SMS = 132           # multiprocessors of the GPU these choices were measured on (an H100 SXM)
+# H100, float32 gemm 2048: 64 x 256 (233 registers: two workgroups an SM, the 256 in one wave) 0.617-0.625 ms, 64 x 128
+# (138 registers, three an SM: 512 in 1.3 waves) 0.652, 32 x 64 0.745, 16 x 128 0.785 (one workgroup a tile's 8 x 16
+# threads in each); 4 x 2 runs 0.636-0.645. Gemm 1024: 64 x 128, 128 workgroups 0.099 ms against the unstaged register
+# tiles' 0.277 (256 of 64 threads) and 32 x 64's 0.106; 64 x 256, 64 workgroups 0.247. 512 x 1024 x 1024, 64 of 64 x 128:
+# 0.101 against unstaged 0.097 (so at least half the SMs' worth); 64 x 768 x 3072: 96 of 32 x 64 0.036, of 16 x 128 0.034,
+# unstaged 0.057; 197 x 768 x 3072 (padded rows): 96 of 64 x 128 0.076, 32 x 64 0.062, 16 x 128 0.066
+STAGED_TILES = (StagedTile((4, 4), (2, 4), 256, 2, 1.0), StagedTile((4, 4), (2, 2), STAGED_SMS // 2, 3, 0.95),
+                StagedTile((4, 4), (1, 1), STAGED_SMS // 2, 6, 0.83), StagedTile((2, 4), (1, 2), STAGED_SMS // 2, 6, 0.79))
+# Of the tiles that fit, the heuristic takes the least padded work / (speed x the share of the GPU the workgroups keep
+# busy: of its SMs in one wave, of the last wave's slots in several): 128 x 768 x 50257, 394 workgroups of 64 x 256 (1.5
+# waves) 0.549 ms against 786 of 64 x 128 (2 waves) 0.401
 STAGED_K = (8, 4)          # reduction elements an iteration stages (the tiles' depth: 2 + 4 KiB a stage, 1 + 2 at 4), with
                            # a product's two roundings (mul + add) / fused into one fma: ptxas gives depth 4 126 registers,
                            # 4 workgroups of 128 an SM (8: 141, 167 with fma). On the H100, gemm 2048: 0.697-0.714 ms at depth
                            # 4, 0.649-0.660 at 8 with two roundings; 0.464-0.487 at 4, 0.651-0.696 at 8 with fma
-STAGED_SMS = 132           # multiprocessors of the GPU these choices were measured on (an H100 SXM)
-STAGED_MIN_WORKGROUPS = (256, STAGED_SMS // 2)  # the staged schedule of each of STAGED_RUNS only where it leaves this
-                           # many workgroups (2048 x 2048: 512 of 2 x 2 runs). H100, gemm 1024: 2 x 2 runs, 128 workgroups
-                           # 0.099 ms against the unstaged register tiles' 0.277 (256 of 64 threads); 2 x 4 runs, 64
-                           # workgroups 0.247; 197 x 768 x 2304, 72 workgroups of 2 x 2: 0.076 against 0.134; 512 x 1024 x
-                           # 1024, 64 of them: 0.101 against 0.097
-STAGED_PER_SM = (2, 3)     # workgroups of each of STAGED_RUNS an SM runs at once (their registers, above) ...
-STAGED_SPEED = (1.0, 0.95)  # ... and their relative speed where both fill the GPU (gemm 2048, above). Where several fit,
-                           # the heuristic takes the least padded work / (last wave's fill x speed): 128 x 768 x 50257,
-                           # 394 workgroups of 2 x 4 (1.5 waves) 0.549 ms against 786 of 2 x 2 (2 waves) 0.401
 STAGED_STAGES = 2          # tiles in flight (H100, gemm 2048, one run: 2 stages 0.688 ms, 3 0.712-0.725; --fp-contract=fast
                            # 0.485 against 0.507)
 
@@ -290,9 +304,8 @@ def _gemm_axes(plan: _Planner) -> tuple[int, int, int] | None:
 
 
 def staged_gemm(plan: _Planner) -> bool:
-  """A large float32 gemm on -t cuda (`_gemm_axes`; K a multiple of STAGED_K, STAGED_MIN_WORKGROUPS
-  workgroups of 64 x 128 or 64 x 256 or more): the schedule of the module docstring, its tiles of a and b
-  staged; False (nothing applied) where it does not fit or cannot be staged. An M or N that the
+  """A large float32 gemm on -t cuda (`_gemm_axes`; K a multiple of STAGED_K, enough workgroups of one of
+  STAGED_TILES): the schedule of the module docstring, its tiles of a and b staged; False (nothing applied) where it does not fit or cannot be staged. An M or N that the
   workgroup's tile does not divide is padded with overlapping tiles (`_ragged_pads`)."""
   if plan.caps.name != "cuda" or plan.opts or (shape := _gemm_axes(plan)) is None: return False
   m, n, k = shape
@@ -300,16 +313,16 @@ def staged_gemm(plan: _Planner) -> bool:
   if plan.size(k) % depth or plan.size(k) < 2 * depth: return False
   others = math.prod(plan.size(i) for i in plan.axes(AxisType.GLOBAL) if i not in (m, n))
   fits = []
-  for runs, least, per_sm, speed in zip(STAGED_RUNS, STAGED_MIN_WORKGROUPS, STAGED_PER_SM, STAGED_SPEED):
-    tile = {m: STAGED_THREADS[0] * STAGED_RUN * runs[0], n: STAGED_THREADS[1] * STAGED_RUN * runs[1]}
-    workgroups = others * math.prod(-(-plan.size(i) // t) for i, t in tile.items())
-    if (pads := _ragged_pads(plan, tile)) is None or workgroups < least: continue
-    slots = per_sm * STAGED_SMS
-    fill = workgroups / (-(-workgroups // slots) * slots)
-    padded = math.prod(-(-plan.size(i) // t) * t / plan.size(i) for i, t in tile.items())
-    fits.append((padded / (fill * speed), tile, runs, pads))
-  for _, tile, runs, pads in sorted(fits, key=lambda f: f[0]):
-    if (trial := _staged(plan, k, depth, tile, runs, pads)) is not None:
+  for t in STAGED_TILES:
+    tile = {m: t.extent(0), n: t.extent(1)}
+    workgroups = others * math.prod(-(-plan.size(i) // e) for i, e in tile.items())
+    if (pads := _ragged_pads(plan, tile)) is None or workgroups < t.least: continue
+    slots = t.per_sm * STAGED_SMS
+    busy = min(1.0, workgroups / STAGED_SMS) if workgroups <= slots else workgroups / (-(-workgroups // slots) * slots)
+    padded = math.prod(-(-plan.size(i) // e) * e / plan.size(i) for i, e in tile.items())
+    fits.append((padded / (busy * t.speed), tile, t, pads))
+  for _, tile, t, pads in sorted(fits, key=lambda f: f[0]):
+    if (trial := _staged(plan, k, depth, tile, t, pads)) is not None:
       plan.sink, plan.opts = trial.sink, trial.opts
       return True
   return False
@@ -331,15 +344,16 @@ def _ragged_pads(plan: _Planner, tile: dict[int, int]) -> list[Opt] | None:
   return pads
 
 
-def _staged(plan: _Planner, k: int, depth: int, tile: dict[int, int], runs: tuple[int, int], pads: list[Opt]) -> _Planner | None:
-  """A planner with the staged schedule applied (after `pads`), or None where an opt or the staging fails."""
+def _staged(plan: _Planner, k: int, depth: int, tile: dict[int, int], t: StagedTile, pads: list[Opt]) -> _Planner | None:
+  """A planner with the staged schedule of `t` applied (after `pads`), or None where an opt or the staging fails."""
   m, n = tile
   splits = {k: [(depth, AxisType.UNROLL)]}
-  for i, threads, r in ((m, STAGED_THREADS[0], runs[0]), (n, STAGED_THREADS[1], runs[1])):  # axis -> (outer, runs, threads, run)
-    splits[i] = [(STAGED_RUN, AxisType.UPCAST), (threads, AxisType.LOCAL), (r, AxisType.UPCAST)]
+  for i, side in ((m, 0), (n, 1)):  # axis -> (outer, runs, threads, run)
+    splits[i] = [(f, kind) for f, kind in ((t.run[side], AxisType.UPCAST), (STAGED_THREADS[side], AxisType.LOCAL),
+                                           (t.runs[side], AxisType.UPCAST)) if f > 1]
   trial = _Planner(plan.sink, plan.caps)
   if not all(trial.apply(p) for p in pads): return None
   for i in sorted(splits, reverse=True):  # a split renumbers only later axes
-    if not all(trial.apply(Opt(OptOp.SPLIT, i, (f, t, False))) for f, t in splits[i]): return None
+    if not all(trial.apply(Opt(OptOp.SPLIT, i, (f, kind, False))) for f, kind in splits[i]): return None
   if not trial.apply(Opt(OptOp.STAGE, None, STAGED_STAGES)) and not trial.apply(Opt(OptOp.STAGE, None, STAGE_AUTO)): return None
   return trial
