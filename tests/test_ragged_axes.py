@@ -82,6 +82,25 @@ def test_overlapping_tiles_compute_the_unpadded_gemm(tmp_path, monkeypatch, m, o
   _check_gemm(got, x["a"], x["b"])
 
 
+def batched_gemm(h: int, m: int, k: int, n: int) -> Func:
+  """c[i] = a[i] @ b[i] for each of h heads (attention's products)."""
+  f = Func("bgemm")
+  a, b, c = f.param("a", (h, m, k)), f.param("b", (h, k, n)), f.param("c", (h, m, n), out=True)
+  prod = f.op("MUL", f.reshape(a, (h, m, k, 1)), f.reshape(b, (h, 1, k, n)))
+  f.store(c, f.reshape(f.reduce(prod, "ADD", (2,)), (h, m, n)))
+  return f
+
+
+def test_overlapping_tiles_of_a_batched_gemm(tmp_path, monkeypatch):
+  """Three heads of 37 x 32 @ 32 x 256, staged in 16 x 128 workgroups with the rows' last tile moved back
+  (each head's own rows): the emulator against numpy, head by head."""
+  rng = np.random.default_rng(5)
+  x = {"a": rng.standard_normal((3, 37, 32)).astype(np.float32), "b": rng.standard_normal((3, 32, 256)).astype(np.float32)}
+  opts = "PADTO(1,16,16),SPLIT(3,8,r),SPLIT(2,4,u),SPLIT(2,16,l),SPLIT(2,2,u),SPLIT(1,2,u),SPLIT(1,8,l),STAGE(2)"
+  got = emulated(tmp_path, monkeypatch, batched_gemm(3, 37, 32, 256), x, opts)["c"].reshape(3, 37, 256)
+  for i in range(3): _check_gemm(got[i], x["a"][i], x["b"][i])
+
+
 def test_overlapping_tiles_leave_the_loads_ungated():
   from test_local_staging import _typed
   kernel = apply_opts(_typed(gemm(197, 32, 256)), parse_opts(STAGED_197), GPU, "k")

@@ -299,12 +299,14 @@ GEMM_VARIANTS = [  # (opts of gemm 2048's kernel, build flags, label); the heuri
 
 
 def bench_gemm_pins(gpu: Driver, timer: Timer, out_dir: pathlib.Path, pins: list[str | None], shape=(2048, 2048, 2048)) -> None:
-  """The float32 gemm tensor program of `shape` (M, K, N) with each of `pins` as its kernel's opts (None: the heuristics')."""
-  from bench.workloads import gemm_shape
+  """The float32 gemm tensor program of `shape` (M, K, N, or H, M, K, N: H of them) with each of `pins` as its kernel's
+  opts (None: the heuristics')."""
+  from bench.workloads import batched_gemm_shape, gemm_shape
   rng = np.random.default_rng(3)
   for opts in pins:
     try:
-      bench_tensor_program(gpu, timer, out_dir, gemm_shape(*shape), _torch_gemm(None), rng, {}, opts, None, opts or "tensor program")
+      w = gemm_shape(*shape) if len(shape) == 3 else batched_gemm_shape(*shape)
+      bench_tensor_program(gpu, timer, out_dir, w, _torch_gemm(None), rng, {}, opts, None, opts or "tensor program")
     except Exception as e:  # noqa: BLE001
       print(f"gemm {shape} ({opts}): FAILED: {type(e).__name__}: {str(e)[:300]}")
 
@@ -312,19 +314,19 @@ def bench_gemm_pins(gpu: Driver, timer: Timer, out_dir: pathlib.Path, pins: list
 # float32 gemms of real models whose sizes the tiles do not divide (M x K x N): ViT-B/16's 197 tokens (MLP up and
 # down, QKV), GPT-2's logits (50257 classes) for 64 and 128 tokens, a 1031-wide layer, ImageNet's 1000 classes
 RAGGED_GEMMS = ((197, 768, 3072), (197, 3072, 768), (197, 768, 2304), (64, 768, 50257), (128, 768, 50257),
-                (1024, 768, 1031), (1000, 768, 1000))
+                (1024, 768, 1031), (1000, 768, 1000), (12, 197, 64, 197), (12, 197, 197, 64))  # ... and ViT's attention (H x M x K x N)
 # ... and skinny ones (few rows: tokens of a small batch): GPT-2's MLP and QKV at 64 and 16 tokens, one token; its logits
 SKINNY_GEMMS = ((64, 768, 3072), (64, 3072, 768), (64, 768, 2304), (16, 768, 3072), (16, 3072, 768), (1, 768, 3072), (1, 3072, 768),
                 (16, 768, 50257), (1, 768, 50257))
 
 
 def bench_gemm_shapes(gpu: Driver, timer: Timer, out_dir: pathlib.Path, shapes) -> None:
-  """The float32 gemm tensor program of each (M, K, N) of `shapes` with the heuristics' opts, against torch.matmul."""
-  from bench.workloads import gemm_shape
+  """The float32 gemm tensor program of each (M, K, N) or (H, M, K, N) of `shapes` with the heuristics' opts, against torch.matmul."""
+  from bench.workloads import batched_gemm_shape, gemm_shape
   rng = np.random.default_rng(3)
   for shape in shapes:
     try:
-      bench_tensor_program(gpu, timer, out_dir, gemm_shape(*shape), _torch_gemm(None), rng, {})
+      bench_tensor_program(gpu, timer, out_dir, gemm_shape(*shape) if len(shape) == 3 else batched_gemm_shape(*shape), _torch_gemm(None), rng, {})
     except Exception as e:  # noqa: BLE001
       print(f"gemm {shape}: FAILED: {type(e).__name__}: {str(e)[:300]}")
 
@@ -353,7 +355,7 @@ def main() -> None:
   parser.add_argument("--conv-only", action="store_true", help="time only the batched convolution (heuristics, then each --conv-opts)")
   parser.add_argument("--gemm-opts", action="append", default=[], metavar="OPTS", help="also time the float32 gemm 2048 with OPTS pinned")
   parser.add_argument("--gemm-only", action="store_true", help="time only the float32 gemm 2048 (heuristics, then each --gemm-opts)")
-  parser.add_argument("--gemm-shape", default="2048,2048,2048", metavar="M,K,N", help="the float32 gemm of --gemm-only/--gemm-opts")
+  parser.add_argument("--gemm-shape", default="2048,2048,2048", metavar="[H,]M,K,N", help="the float32 gemm of --gemm-only/--gemm-opts (H: batched)")
   parser.add_argument("--ragged", action="store_true", help="time only the float32 gemms of RAGGED_GEMMS (real models' shapes)")
   parser.add_argument("--skinny", action="store_true", help="time only the float32 gemms of SKINNY_GEMMS (few rows)")
   args = parser.parse_args()

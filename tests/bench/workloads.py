@@ -200,6 +200,16 @@ def gemm_shape(m: int, k: int, n: int) -> Workload:
                   lambda a, b: a @ b, lambda a, b: a @ b, 2 * m * k * n, "GFLOP/s")
 
 
+def batched_gemm_shape(h: int, m: int, k: int, n: int) -> Workload:
+  """C[i] = A[i] @ B[i] of float32 for h heads (attention's products)."""
+  f = Func("bgemm")
+  a, b, c = f.param("a", (h, m, k)), f.param("b", (h, k, n)), f.param("c", (h, m, n), out=True)
+  f.store(c, f.reshape(f.reduce(f.op("MUL", f.reshape(a, (h, m, k, 1)), f.reshape(b, (h, 1, k, n))), "ADD", (2,)), (h, m, n)))
+  return Workload("gemm", f"gemm {h}x{m}x{k}x{n}", f, normal((h, m, k), (h, k, n)), lambda a, b: np.matmul(*f64(a, b)),
+                  lambda a, b: Tolerance(atol=gamma(k) * np.matmul(*f64(np.abs(a), np.abs(b)))),
+                  lambda a, b: a @ b, lambda a, b: a @ b, 2 * h * m * k * n, "GFLOP/s")
+
+
 def half_gemm(s: int) -> Workload:
   """C = float(A) @ float(B) for float16 A and B (float32 sums): the GPU bench's tensor-core gemm."""
   f = Func("hgemm")
