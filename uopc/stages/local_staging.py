@@ -273,8 +273,10 @@ STAGED_SMS = 132           # multiprocessors of the GPU these choices were measu
 STAGED_TILES = (StagedTile((4, 4), (2, 4), 256, 2, 1.0), StagedTile((4, 4), (2, 2), STAGED_SMS // 2, 3, 0.95),
                 StagedTile((4, 4), (1, 1), STAGED_SMS // 2, 6, 0.83), StagedTile((2, 4), (1, 2), STAGED_SMS // 2, 6, 0.79))
 # Of the tiles that fit, the heuristic takes the least padded work / (speed x the share of the GPU the workgroups keep
-# busy: of its SMs in one wave, of the last wave's slots in several): 128 x 768 x 50257, 394 workgroups of 64 x 256 (1.5
-# waves) 0.549 ms against 786 of 64 x 128 (2 waves) 0.401
+# busy: in one wave, workgroups / (SMs x the most any SM runs), in several, of the last wave's slots). H100: 128 x 768 x
+# 50257, 394 workgroups of 64 x 256 (1.5 waves) 0.549 ms, 786 of 64 x 128 (2 waves) 0.401, 3144 of 32 x 64 0.456; 1024 x
+# 768 x 1031, 144 of 64 x 128 (12 SMs run two) 0.138, 544 of 32 x 64 0.107; 197 x 768 x 2304, 234 of 16 x 128 0.051, 252
+# of 32 x 64 0.048
 STAGED_K = (8, 4)          # reduction elements an iteration stages (the tiles' depth: 2 + 4 KiB a stage, 1 + 2 at 4), with
                            # a product's two roundings (mul + add) / fused into one fma: ptxas gives depth 4 126 registers,
                            # 4 workgroups of 128 an SM (8: 141, 167 with fma). On the H100, gemm 2048: 0.697-0.714 ms at depth
@@ -318,7 +320,7 @@ def staged_gemm(plan: _Planner) -> bool:
     workgroups = others * math.prod(-(-plan.size(i) // e) for i, e in tile.items())
     if (pads := _ragged_pads(plan, tile)) is None or workgroups < t.least: continue
     slots = t.per_sm * STAGED_SMS
-    busy = min(1.0, workgroups / STAGED_SMS) if workgroups <= slots else workgroups / (-(-workgroups // slots) * slots)
+    busy = workgroups / (STAGED_SMS * -(-workgroups // STAGED_SMS)) if workgroups <= slots else workgroups / (-(-workgroups // slots) * slots)
     padded = math.prod(-(-plan.size(i) // e) * e / plan.size(i) for i, e in tile.items())
     fits.append((padded / (busy * t.speed), tile, t, pads))
   for _, tile, t, pads in sorted(fits, key=lambda f: f[0]):
