@@ -287,15 +287,17 @@ STAGED_STAGES = 2          # tiles in flight (H100, gemm 2048, one run: 2 stages
 
 def _gemm_axes(plan: _Planner) -> tuple[int, int, int] | None:
   """(m, n, k) axis indices of a float32 gemm-like kernel (GLOBAL axes, one REDUCE axis k, two ungated
-  float32 global loads inside k: a missing the contiguous output axis n, b missing m), else None."""
+  float32 global loads inside k: a missing the contiguous output axis n, b missing m; an epilogue after k may
+  load more, such as a bias), else None."""
   axes = kernel_axes(plan.sink)
   if not all(is_axis(r) and axis_type(r) in (AxisType.GLOBAL, AxisType.REDUCE) and isinstance(axis_size(r), int) for r in axes): return None
   reduces = plan.axes(AxisType.REDUCE)
   n = _contiguous_output(plan)
   if len(reduces) != 1 or n is None: return None
   k = axes[reduces[0]]
+  scope = scopes(plan.sink)
   loads = [u for u in plan.sink.toposort() if u.op is Ops.LOAD and u.src[0].op is Ops.INDEX and isinstance(u.src[0].src[0].dtype, PtrDType)
-           and u.src[0].src[0].dtype.addrspace is AddrSpace.GLOBAL]
+           and u.src[0].src[0].dtype.addrspace is AddrSpace.GLOBAL and k in scope[u]]  # an epilogue's loads (a bias) may be more
   if len(loads) != 2 or any(len(u.src) != 1 or u.dtype is not dtypes.float32 or k not in u.src[0].src[1].toposort() for u in loads): return None
   def reads(u: UOp, i: int) -> bool: return axes[i] in u.src[0].src[1].toposort()
   a = [u for u in loads if not reads(u, n)]
