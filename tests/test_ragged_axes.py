@@ -195,8 +195,8 @@ def test_overlapping_tiles_on_a_cuda_gpu(gpu, tmp_path):  # noqa: F811 (gpu is t
 
 
 @st.composite
-def _gpu_opts(draw, kernel):
-  """Random opts for a GPU kernel, overlapping PADTOs among them (illegal draws are dropped)."""
+def _gpu_opts(draw, kernel, caps=GPU):
+  """Random opts for a kernel (GPU caps: LOCAL splits too), overlapping PADTOs among them (illegal draws are dropped)."""
   opts = []
   for _ in range(draw(st.integers(1, 5))):
     axes = kernel_axes(kernel)
@@ -208,7 +208,7 @@ def _gpu_opts(draw, kernel):
     elif kind == "padto": opt = Opt(OptOp.PADTO, i, draw(st.sampled_from((2, 4, 8))))
     else: opt = Opt(OptOp.SPLIT, i, (draw(st.sampled_from((2, 3, 4))), draw(st.sampled_from((AxisType.UPCAST, AxisType.LOCAL, AxisType.UNROLL))), False))
     try:
-      kernel = apply_opt(kernel, opt, GPU, first=not opts)
+      kernel = apply_opt(kernel, opt, caps, first=not opts)
     except OptError:
       continue
     opts.append(opt)
@@ -216,15 +216,30 @@ def _gpu_opts(draw, kernel):
 
 
 @settings(max_examples=30, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow])
-@given(dims=st.tuples(*[st.sampled_from((3, 5, 6, 7, 9, 12)) for _ in range(3)]), which=st.integers(0, 5), data=st.data())
-def test_random_overlapping_tiles_compute_what_the_plain_kernel_does(tmp_path_factory, monkeypatch, dims, which, data):
+@given(dims=st.tuples(*[st.sampled_from((3, 5, 6, 7, 9, 12)) for _ in range(3)]), which=st.integers(0, 5),
+       target=st.sampled_from(("cuda", "c")), data=st.data())
+def test_random_overlapping_tiles_compute_what_the_plain_kernel_does(tmp_path_factory, monkeypatch, dims, which, target, data):
   """Random programs of test_optimize (elementwise, reductions, gemm, softmax, padded borders) under random
-  GPU opts with overlapping PADTOs: the emulator's results equal the unoptimised kernel's, bit for bit."""
-  from test_optimize import equivalence_programs, kernels_of, random_inputs
+  opts with overlapping PADTOs: the results (the emulator's for -t cuda, the C library's for -t c) equal the
+  unoptimised kernel's, bit for bit."""
+  from test_optimize import C, equivalence_programs, kernels_of, random_inputs
   f = equivalence_programs(*dims)[which]
-  kernel = next(iter(kernels_of(f.text(), GPU).values()))
-  opts = data.draw(_gpu_opts(kernel), label="opts")
+  caps = GPU if target == "cuda" else C
+  kernel = next(iter(kernels_of(f.text(), caps).values()))
+  opts = data.draw(_gpu_opts(kernel, caps), label="opts")
   inputs = random_inputs(f, which)
   plain, opt = tmp_path_factory.mktemp("plain"), tmp_path_factory.mktemp("opt")
-  want, got = emulated(plain, monkeypatch, f, inputs, ""), emulated(opt, monkeypatch, f, inputs, opts)
+  want, got = emulated(plain, monkeypatch, f, inputs, "", target), emulated(opt, monkeypatch, f, inputs, opts, target)
   for name in want: np.testing.assert_array_equal(got[name], want[name], err_msg=f"{f.name}: {opts}")
+
+
+def test_an_overlap_the_kernel_cannot_take_is_a_build_error(tmp_path):
+  """`uopc build --opts` with overlapping tiles the kernel cannot take: exit 1 with the reason, no traceback."""
+  from click.testing import CliRunner
+  from uopc.cli import cli
+  (tmp_path / "p.uop").write_text(gemm(37, 8, 16).text())
+  for target, opts, why in (("c", "PADTO(2,16,4)", "only a GLOBAL axis's tiles overlap, not REDUCE"),
+                            ("cuda", "PADTO(0,8,3)", "the overlap tile must be at most the axis's size 37 and divide its padded size 40")):
+    res = CliRunner().invoke(cli, ["build", str(tmp_path / "p.uop"), "-t", target, "-o", str(tmp_path / target), "--opts", f"p__gemm_k0:{opts}"])
+    assert res.exit_code == 1 and f"kernel p__gemm_k0: cannot apply {opts}: {why}" in res.output, res.output
+    assert "Traceback" not in res.output
