@@ -243,3 +243,22 @@ def test_an_overlap_the_kernel_cannot_take_is_a_build_error(tmp_path):
     res = CliRunner().invoke(cli, ["build", str(tmp_path / "p.uop"), "-t", target, "-o", str(tmp_path / target), "--opts", f"p__gemm_k0:{opts}"])
     assert res.exit_code == 1 and f"kernel p__gemm_k0: cannot apply {opts}: {why}" in res.output, res.output
     assert "Traceback" not in res.output
+
+
+def test_cpu_gemms_pad_their_ragged_axes(tmp_path):
+  """On CPUs a ragged output axis (odd, or with fewer factors of two than half the tile) of a reduction gets
+  overlapping tiles too, so that it has its lanes and tile rows; the library's results against numpy."""
+  from test_optimize import kernels_of
+  from uopc.stages.optimize import heuristic_opts, target_caps
+  avx512 = target_caps("c", vector_bytes=64)
+  for shape, opts in [((197, 768, 3072), "SPLIT(1,32,u),PADTO(0,8,8),"), ((64, 768, 50257), "PADTO(1,128,32),SPLIT(1,32,u),"),
+                      ((1000, 768, 1000), "PADTO(1,128,32),SPLIT(1,32,u),")]:
+    kernel = next(iter(kernels_of(gemm(*shape).text(), avx512).values()))
+    assert ",".join(map(str, heuristic_opts(kernel, avx512))).startswith(opts), shape
+  kernel = next(iter(kernels_of(gemm(196, 768, 768).text(), avx512).values()))
+  assert "PADTO" not in ",".join(map(str, heuristic_opts(kernel, avx512)))  # 196 rows: tiles of 4
+  f, x = gemm(37, 16, 45), _inputs(37, 16, 45)  # the portable build: 45 columns -> 48 (8 lanes), 37 rows -> 40 (8 rows)
+  (tmp_path / "g.uop").write_text(f.text())
+  kernel = next(iter(kernels_of(f.text(), target_caps("c")).values()))
+  assert ",".join(map(str, heuristic_opts(kernel, target_caps("c")))).startswith("PADTO(1,8,8),SPLIT(1,8,u),PADTO(0,8,8),")
+  _check_gemm(run_file(tmp_path / "g.uop", target="c", inputs=x).arrays["c"], x["a"], x["b"])

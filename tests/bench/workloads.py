@@ -17,7 +17,7 @@ call's result is checked (later calls keep updating x).
 from __future__ import annotations
 
 import sys
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, Callable
 
@@ -229,6 +229,15 @@ def convolutions(c: int, hw: int, o: int) -> list[Workload]:
                    lambda x, w, b: x.unsqueeze(0).conv2d(w, b, padding=1).squeeze(0), flops, "GFLOP/s")]
 
 
+# float32 gemms of real models whose axes have few factors of two: ViT-B's 197 tokens, GPT-2's 50257 logits for 64
+# tokens, ImageNet's 1000 classes, a 1031-wide layer (M x K x N)
+RAGGED_GEMMS = ((197, 768, 3072), (64, 768, 50257), (1000, 768, 1000), (1024, 768, 1031))
+
+
+def ragged_gemms() -> list[Workload]:
+  return [replace(gemm_shape(*s), group="ragged") for s in RAGGED_GEMMS]
+
+
 def all_workloads() -> list[Workload]:
   return [*elementwise(1 << 24), *rows(4096, 1024), *reductions(1 << 24, 4096, 4096),
-          *gemms((256, 512, 1024, 2048)), *convolutions(64, 56, 64)]
+          *gemms((256, 512, 1024, 2048)), *ragged_gemms(), *convolutions(64, 56, 64)]

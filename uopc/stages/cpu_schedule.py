@@ -34,9 +34,13 @@ x86-64 build's SSE, 8 for AVX2, 16 for AVX-512; see `--cpu`), measured on 2 core
   against 2.5 (portable 8.1 against 7.8: its exponentials bound it), 64x4096 rows 1.5-1.8x faster.
   The lane count is fixed, not taken from the vector width, so that every `--cpu` level adds in the
   same order;
+- a reduction's output axis with few factors of two (197 tokens, 50257 or 1000 classes) is padded to a
+  multiple of its lanes or tile rows with overlapping tiles (PADTO's third argument: the last tile moved
+  back, nothing masked) before they are chosen, instead of getting a narrower tile or none (`_pad_ragged`);
 - THREAD tasks over the outermost GLOBAL axis when the kernel is big enough to pay for threads and
   every reduction loop is nested in that axis (a task repeats whatever lies outside it: a fused
-  reduction beside the output loop of a one-row softmax would run once per task).
+  reduction beside the output loop of a one-row softmax would run once per task); over the next such
+  axis where the outermost's size has no divisor up to THREAD_TASKS.
 
 Invariants: every opt goes through `_Planner.apply`, which refuses what Optimize's `apply_opt` refuses,
 so a schedule made here is always legal and `--opts` can pin any of it; only sizes known at compile
@@ -121,6 +125,8 @@ def _work(sink: UOp) -> int:
 def _register_tile(plan: _Planner, inner: int | None) -> None:
   """The output lanes and, in a reduction, the register tile and the unrolled reduce axis (see _cpu_heuristics)."""
   others = [i for i in plan.axes(AxisType.GLOBAL) if i != inner and isinstance(plan.size(i), int)]
+  if plan.axes(AxisType.REDUCE) and inner is not None and _reads_contiguously(plan, inner) and not _in_gated_load(plan, inner):
+    _pad_ragged(plan, inner, 2 * plan.caps.vector_width, CPU_PAD_BLOCKS)  # its blocks become the outermost axis (SWAP below)
   lanes = _output_lanes(plan, inner, CPU_GATHER_LANES)
   if lanes: others = [i + (i > inner) for i in others]
   if plan.axes(AxisType.REDUCE):
@@ -130,6 +136,7 @@ def _register_tile(plan: _Planner, inner: int | None) -> None:
     rows = [k for k in CPU_TILE_ROWS if k * lanes <= CPU_TILE_REGISTERS * plan.caps.vector_width] if lanes else CPU_TILE_ROWS[-3:]
     # the last such axis that a tile size divides (pooling's 27 rows do not: its 64 channels do)
     ungated = [i for i in others if not _in_gated_load(plan, i)]
+    if ungated and not any(plan.size(i) % k == 0 for i in ungated for k in rows[:-1]): _pad_ragged(plan, ungated[-1], rows[0])
     tileable = [i for i in ungated if any(plan.size(i) % k == 0 for k in rows)]
     other = (tileable or ungated or others or [None])[-1]
     if other is not None and plan.split_by_first(other, rows, AxisType.UPCAST) and inner is not None:
@@ -143,13 +150,33 @@ def _register_tile(plan: _Planner, inner: int | None) -> None:
     if lanes and other is not None and other < inner and not gated: plan.apply(Opt(OptOp.SWAP, other, inner))
 
 
+CPU_PAD_WASTE = 1 / 4       # a ragged output axis is padded where that adds at most this share of its iterations ...
+CPU_PAD_BLOCKS = 4          # ... to a multiple of this many tiles where that does (a prime count of blocks has no THREAD tasks)
+
+
+def _pad_ragged(plan: _Planner, axis: int, tile: int, blocks: int = 1) -> bool:
+  """An output axis whose largest power-of-two divisor is under half of `tile` (197 tokens, 50257 classes,
+  1000: 8 lanes of 32) padded to a multiple of `tile` with overlapping tiles (PADTO's third argument: the last
+  tile moved back to end at the axis's end, no gated loads), so that it gets its lanes or tile rows; whether it
+  was. 2-core Zen 5, --cpu native (AVX-512), `bench_cpu.py --filter ragged` (numpy's matmul in brackets):
+  197 x 768 x 3072 49.7 -> 3.6 ms (4.0), 64 x 768 x 50257 410 -> 39 ms (24), 1000 x 768 x 1000 8.3 -> 3.7 (6.0),
+  1024 x 768 x 1031 59 -> 4.8 (6.5)."""
+  size = plan.size(axis)
+  if not isinstance(size, int) or size < tile or (size & -size) >= tile // 2: return False
+  # to a multiple of `blocks` tiles where that wastes little too: the blocks of tiles then divide among THREAD tasks
+  m = next((tile * b for b in (blocks, 1) if -size % (tile * b) <= size * CPU_PAD_WASTE), None)
+  return m is not None and plan.apply(Opt(OptOp.PADTO, axis, (m, tile)))
+
+
 def _thread_tasks(plan: _Planner, work: int) -> None:
   """THREAD tasks over the outermost GLOBAL axis (see _cpu_heuristics)."""
   globals_ = plan.axes(AxisType.GLOBAL)
   axes = kernel_axes(plan.sink)
   reduces = {axes[i] for i in plan.axes(AxisType.REDUCE, AxisType.UNROLL, AxisType.GROUP_REDUCE)}
-  if plan.caps.threads and globals_ and work >= THREAD_MIN_WORK and reduces <= nested_with(plan.sink).get(axes[globals_[0]], frozenset()):
-    size = plan.size(globals_[0])
-    if isinstance(size, int):
-      plan.split_by_first(globals_[0], sorted((d for d in range(2, min(size, THREAD_TASKS) + 1) if size % d == 0), reverse=True),
-                          AxisType.THREAD, top=True)
+  if not (plan.caps.threads and globals_ and work >= THREAD_MIN_WORK): return
+  near = nested_with(plan.sink)
+  for g in globals_:  # the outermost, or the next where its size has no divisor up to THREAD_TASKS (1571 blocks of 32 logits)
+    size = plan.size(g)
+    if not reduces <= near.get(axes[g], frozenset()) or not isinstance(size, int): return
+    if plan.split_by_first(g, sorted((d for d in range(2, min(size, THREAD_TASKS) + 1) if size % d == 0), reverse=True),
+                           AxisType.THREAD, top=True): return

@@ -554,7 +554,21 @@ def apply_opts(sink: UOp, opts: tuple[Opt, ...], caps: TargetCaps, kernel: str, 
     except OptError as e:
       raise CompileError([error(None, f"kernel {kernel}: cannot apply {opt}: {e}")]) from e
     nolocals = nolocals or opt.op is OptOp.NOLOCALS
+  if any(o.op is OptOp.PADTO and isinstance(o.arg, tuple) for o in opts): sink = _simplified_addresses(sink, trace)
   return sink
+
+
+def _simplified_addresses(sink: UOp, trace: Trace | None) -> UOp:
+  """Every INDEX's address simplified: an overlapping PADTO's shift max(0, (w // t) * t + t - n) becomes one of
+  the block's ranges only once the SPLITs have made w = g * t + lanes ((g * t + lanes) // t -> g), and a
+  SPLIT does not simplify the expressions around the range it replaces."""
+  memo: dict[UOp, UOp] = {}
+  for u in sink.toposort():
+    src = tuple(memo[x] for x in u.src)
+    if u.op is Ops.INDEX and len(src) > 1: src = (src[0], simplify(src[1])) + src[2:]
+    memo[u] = u if src == u.src else u.replace(src=src)
+    note(trace, u, memo[u])
+  return memo[sink]
 
 
 # ---- the stage ---------------------------------------------------------------------------------------------

@@ -10,6 +10,7 @@ from __future__ import annotations
 from uopc.ops import AxisType, Ops
 from uopc.stages.optimize import (Opt, OptError, OptOp, TargetCaps, _is_global, _memory_ops, affine, apply_opt, axis_size, axis_type,
                                   kernel_axes, root_buffer)
+from uopc.symbolic import linear_form, simplify
 from uopc.uop import UOp
 
 
@@ -40,12 +41,24 @@ class _Planner:
     return 0
 
 
+def _strides(address: UOp) -> dict[UOp, int] | None:
+  """Each range's coefficient in an address (0 where not a constant), or None where the address is not affine
+  in them. An overlapping PADTO's shift, max(0, ...) of ranges alone, is constant over each of its tiles and
+  left out (so a padded axis still counts as contiguous: uopc.stages.optimize._overlapped)."""
+  if (form := affine(address)) is not None: return {r: c.arg if c.op is Ops.CONST else 0 for r, c in form[0].items()}
+  out: dict[UOp, int] = {}
+  for a, c in linear_form(simplify(address)).items():
+    if a is None: continue
+    if a.op is Ops.RANGE: out[a] = c
+    elif a.op is not Ops.MAX or any(x.op not in (Ops.RANGE, Ops.CONST, Ops.ADD, Ops.MUL, Ops.IDIV, Ops.MAX) for x in a.toposort()): return None
+  return out
+
+
 def _store_strides(sink: UOp) -> dict[UOp, int]:
   """Each range's constant coefficient in the address of the kernel's global STOREs (0 where none)."""
   out: dict[UOp, int] = {}
   for u in _memory_ops(sink):
-    if u.op is Ops.STORE and _is_global(root_buffer(u.src[0])) and (form := affine(u.src[0].src[1])) is not None:
-      for r, c in form[0].items(): out[r] = c.arg if c.op is Ops.CONST else 0
+    if u.op is Ops.STORE and _is_global(root_buffer(u.src[0])) and (form := _strides(u.src[0].src[1])) is not None: out.update(form)
   return out
 
 
@@ -61,8 +74,7 @@ def _reads_contiguously(plan: _Planner, i: int) -> bool:
   r = kernel_axes(plan.sink)[i]
   for u in _memory_ops(plan.sink):
     if u.op is not Ops.LOAD or not _is_global(root_buffer(u.src[0])) or r not in u.src[0].src[1].toposort(): continue
-    form = affine(u.src[0].src[1])
-    if form is None or not ((c := form[0].get(r)) is not None and c.op is Ops.CONST and c.arg == 1): return False
+    if (form := _strides(u.src[0].src[1])) is None or form.get(r) != 1: return False
   return True
 
 
