@@ -18,7 +18,7 @@ from uopc.diagnostics import CompileError
 from uopc.ops import Ops
 from uopc.run import run_file
 from uopc.ops import AxisType
-from uopc.stages.optimize import Opt, OptError, OptOp, apply_opt, apply_opts, axis_size, kernel_axes
+from uopc.stages.optimize import Opt, OptError, OptOp, apply_opt, apply_opts, axis_size, kernel_axes, target_caps
 from uopc.stages.opts import parse_opts
 
 
@@ -217,14 +217,14 @@ def _gpu_opts(draw, kernel, caps=GPU):
 
 @settings(max_examples=30, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow])
 @given(dims=st.tuples(*[st.sampled_from((3, 5, 6, 7, 9, 12)) for _ in range(3)]), which=st.integers(0, 5),
-       target=st.sampled_from(("cuda", "c")), data=st.data())
+       target=st.sampled_from(("cuda", "c", "llvm")), data=st.data())
 def test_random_overlapping_tiles_compute_what_the_plain_kernel_does(tmp_path_factory, monkeypatch, dims, which, target, data):
   """Random programs of test_optimize (elementwise, reductions, gemm, softmax, padded borders) under random
-  opts with overlapping PADTOs: the results (the emulator's for -t cuda, the C library's for -t c) equal the
-  unoptimised kernel's, bit for bit."""
+  opts with overlapping PADTOs: the results (the emulator's for -t cuda, the library's for -t c and -t llvm)
+  equal the unoptimised kernel's, bit for bit."""
   from test_optimize import C, equivalence_programs, kernels_of, random_inputs
   f = equivalence_programs(*dims)[which]
-  caps = GPU if target == "cuda" else C
+  caps = GPU if target == "cuda" else C if target == "c" else target_caps(target)
   kernel = next(iter(kernels_of(f.text(), caps).values()))
   opts = data.draw(_gpu_opts(kernel, caps), label="opts")
   inputs = random_inputs(f, which)
