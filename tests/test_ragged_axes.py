@@ -255,6 +255,10 @@ def test_cpu_gemms_pad_their_ragged_axes(tmp_path):
                       ((1000, 768, 1000), "PADTO(1,128,32),SPLIT(1,32,u),")]:
     kernel = next(iter(kernels_of(gemm(*shape).text(), avx512).values()))
     assert ",".join(map(str, heuristic_opts(kernel, avx512))).startswith(opts), shape
+  for shape, opts in [((1, 768, 3072), "SPLIT(0,256,u),"), ((1, 3072, 768), "SPLIT(0,128,u),"),  # one row: 16 registers, 6 blocks
+                      ((1, 768, 50257), "PADTO(0,1024,256),SPLIT(0,256,u),")]:
+    kernel = next(iter(kernels_of(gemm(*shape).text(), avx512).values()))
+    assert ",".join(map(str, heuristic_opts(kernel, avx512))).startswith(opts), shape
   kernel = next(iter(kernels_of(gemm(196, 768, 768).text(), avx512).values()))
   assert "PADTO" not in ",".join(map(str, heuristic_opts(kernel, avx512)))  # 196 rows: tiles of 4
   f, x = gemm(37, 16, 45), _inputs(37, 16, 45)  # the portable build: 45 columns -> 48 (8 lanes), 37 rows -> 40 (8 rows)

@@ -234,8 +234,12 @@ def convolutions(c: int, hw: int, o: int) -> list[Workload]:
 RAGGED_GEMMS = ((197, 768, 3072), (64, 768, 50257), (1000, 768, 1000), (1024, 768, 1031))
 
 
+# ... and one token through GPT-2's layers and logits (a matrix-vector product: no second axis to tile)
+GEMV_GEMMS = ((1, 768, 3072), (1, 3072, 768), (1, 768, 50257))
+
+
 def ragged_gemms() -> list[Workload]:
-  return [replace(gemm_shape(*s), group="ragged") for s in RAGGED_GEMMS]
+  return [replace(gemm_shape(*s), group="ragged") for s in RAGGED_GEMMS] + [replace(gemm_shape(*s), group="gemv") for s in GEMV_GEMMS]
 
 
 def all_workloads() -> list[Workload]:
