@@ -259,6 +259,8 @@ def test_cpu_gemms_pad_their_ragged_axes(tmp_path):
                       ((1, 768, 50257), "PADTO(0,1024,256),SPLIT(0,256,u),")]:
     kernel = next(iter(kernels_of(gemm(*shape).text(), avx512).values()))
     assert ",".join(map(str, heuristic_opts(kernel, avx512))).startswith(opts), shape
+  kernel = next(iter(kernels_of(batched_gemm(12, 197, 64, 197).text(), avx512).values()))  # heads: no reuse; rows padded
+  assert ",".join(map(str, heuristic_opts(kernel, avx512))).startswith("PADTO(2,32,32),SPLIT(2,32,u),PADTO(1,8,8),SPLIT(1,8,u),")
   kernel = next(iter(kernels_of(gemm(196, 768, 768).text(), avx512).values()))
   assert "PADTO" not in ",".join(map(str, heuristic_opts(kernel, avx512)))  # 196 rows: tiles of 4
   f, x = gemm(37, 16, 45), _inputs(37, 16, 45)  # the portable build: 45 columns -> 48 (8 lanes), 37 rows -> 40 (8 rows)

@@ -238,8 +238,13 @@ RAGGED_GEMMS = ((197, 768, 3072), (64, 768, 50257), (1000, 768, 1000), (1024, 76
 GEMV_GEMMS = ((1, 768, 3072), (1, 3072, 768), (1, 768, 50257))
 
 
+# ... and ViT-B's attention products (12 heads of q @ k^T and of p @ v; H x M x K x N)
+ATTENTION_GEMMS = ((12, 197, 64, 197), (12, 197, 197, 64))
+
+
 def ragged_gemms() -> list[Workload]:
-  return [replace(gemm_shape(*s), group="ragged") for s in RAGGED_GEMMS] + [replace(gemm_shape(*s), group="gemv") for s in GEMV_GEMMS]
+  return [replace(gemm_shape(*s), group="ragged") for s in RAGGED_GEMMS] + [replace(gemm_shape(*s), group="gemv") for s in GEMV_GEMMS] + \
+         [replace(batched_gemm_shape(*s), group="attention") for s in ATTENTION_GEMMS]
 
 
 def all_workloads() -> list[Workload]:

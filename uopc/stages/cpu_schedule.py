@@ -51,7 +51,7 @@ from __future__ import annotations
 import math
 
 from uopc.ops import AxisType, GroupOp, Ops
-from uopc.stages.optimize import Opt, OptOp, _memory_ops, axis_size, kernel_axes, nested_with
+from uopc.stages.optimize import Opt, OptOp, _is_global, _memory_ops, axis_size, kernel_axes, nested_with, root_buffer
 from uopc.stages.planner import _contiguous_output, _in_gated_load, _Planner, _reads_contiguously, _selects
 from uopc.uop import UOp
 
@@ -145,6 +145,9 @@ def _register_tile(plan: _Planner, inner: int | None) -> None:
     rows = [k for k in CPU_TILE_ROWS if k * lanes <= CPU_TILE_REGISTERS * plan.caps.vector_width] if lanes else CPU_TILE_ROWS[-3:]
     # the last such axis that a tile size divides (pooling's 27 rows do not: its 64 channels do)
     ungated = [i for i in others if not _in_gated_load(plan, i)]
+    # ... preferably one that some input does not move (its values then serve the whole tile): a gemm's rows,
+    # not the heads of a batched one, where each head reads its own a and b
+    ungated = [i for i in ungated if _reused(plan, i)] or ungated
     if ungated and not any(plan.size(i) % k == 0 for i in ungated for k in rows[:-1]): _pad_ragged(plan, ungated[-1], rows[0])
     tileable = [i for i in ungated if any(plan.size(i) % k == 0 for k in rows)]
     other = (tileable or ungated or others or [None])[-1]
@@ -157,6 +160,12 @@ def _register_tile(plan: _Planner, inner: int | None) -> None:
       short = isinstance(plan.size(r), int) and plan.size(r) <= 8
       plan.split_by_first(r, (plan.size(r),) if short else (2,), AxisType.UNROLL)
     if lanes and other is not None and other < inner and not gated: plan.apply(Opt(OptOp.SWAP, other, inner))
+
+
+def _reused(plan: _Planner, i: int) -> bool:
+  """Some global input does not depend on axis i (each value it loads serves every iteration of i)."""
+  r = kernel_axes(plan.sink)[i]
+  return any(u.op is Ops.LOAD and _is_global(root_buffer(u.src[0])) and r not in u.src[0].toposort() for u in _memory_ops(plan.sink))
 
 
 CPU_PAD_WASTE = 1 / 4       # a ragged output axis is padded where that adds at most this share of its iterations ...
