@@ -35,7 +35,7 @@ OptOps (seed 000's table), composed left to right, each checked before it applie
   LOAD and STORE inside the axis is gated by `index < n`). `PADTO(axis, m, t)` masks nothing: the
   iterations are tiles of t, and a tile that would run past the end is moved back to end at it (it
   repeats some of the tile before it, storing the same values again), so loads stay ungated; only for
-  a GLOBAL axis of a kernel that reads no global buffer it stores to (`_overlapped`).
+  a GLOBAL axis of a kernel that reads no global buffer it stores to (`uopc.stages.overlap_tiles`).
 - `SWAP(i, j)`: exchange the positions (nesting) of two axes of the same type that enclose the same
   loops (else a loop would land inside one it does not depend on and repeat for nothing).
 - `NOLOCALS`: no LOCAL axes from here on.
@@ -496,32 +496,12 @@ def _padto(sink: UOp, r: UOp, size: int, arg: Any, trace: Trace | None) -> UOp:
   padded = -(-size // m) * m
   if padded == size: return sink
   wide = _range(padded, r.arg[0], axis_type(r))
-  if tile is not None: return replace_ranges(sink, {r: (_overlapped(sink, r, size, tile, wide), (wide,))}, trace)
+  if tile is not None:
+    from uopc.stages.overlap_tiles import overlapped  # it builds on this module's helpers
+    return replace_ranges(sink, {r: (overlapped(sink, r, size, tile, wide), (wide,))}, trace)
   out = replace_ranges(sink, {r: (wide, (wide,))}, trace)
   valid = UOp(Ops.CMPLT, dtypes.bool, (wide, UOp.const(dtypes.index, size)))
   return _gate_inside(out, wide, valid, trace)
-
-
-def _overlapped(sink: UOp, r: UOp, size: int, tile: Any, wide: UOp) -> UOp:
-  """PADTO's third argument: the index of iteration w of the padded axis, w - max(0, (w // tile) * tile +
-  tile - size), where tile divides the padded size (so every tile is whole): a tile of iterations that would run past the end is moved back to end at it, so every
-  iteration is in bounds and none is masked; the moved tile repeats iterations of the one before it,
-  which store the same values again. Legal where repeating an iteration changes nothing: r is a GLOBAL
-  axis (independent iterations: its REG and LOCAL buffers are its own) of a kernel that reads no global
-  buffer it stores to and has no atomic adds."""
-  padded = axis_size(wide)
-  if not isinstance(tile, int) or not 1 <= tile <= size or padded % tile:
-    raise OptError(f"the overlap tile must be at most the axis's size {size} and divide its padded size {padded}, got {tile}")
-  if axis_type(r) is not AxisType.GLOBAL: raise OptError(f"only a GLOBAL axis's tiles overlap, not {axis_type(r).name}")
-  mem = _memory_ops(sink)
-  stored = {b for u in mem if u.op is Ops.STORE and _is_global(b := root_buffer(u.src[0]))}
-  if any(u.op is Ops.ATOMICADD for u in sink.toposort()) or any(u.op is Ops.LOAD and root_buffer(u.src[0]) in stored for u in mem):
-    raise OptError("overlapping tiles repeat iterations: the kernel must not read a global buffer it stores to, nor add atomically")
-  idx = lambda v: UOp.const(dtypes.index, v)  # noqa: E731
-  g = math.gcd(tile, size - tile)  # the shift in units of g: a staged tile's copies see its alignment
-  start = wide.alu(Ops.IDIV, idx(tile)).alu(Ops.MUL, idx(tile // g))
-  shift = start.alu(Ops.ADD, idx((tile - size) // g)).alu(Ops.MAX, idx(0))
-  return simplify(wide.alu(Ops.ADD, shift.alu(Ops.MUL, idx(-g))))
 
 
 def _gate_inside(sink: UOp, r: UOp, valid: UOp, trace: Trace | None) -> UOp:
@@ -554,21 +534,10 @@ def apply_opts(sink: UOp, opts: tuple[Opt, ...], caps: TargetCaps, kernel: str, 
     except OptError as e:
       raise CompileError([error(None, f"kernel {kernel}: cannot apply {opt}: {e}")]) from e
     nolocals = nolocals or opt.op is OptOp.NOLOCALS
-  if any(o.op is OptOp.PADTO and isinstance(o.arg, tuple) for o in opts): sink = _simplified_addresses(sink, trace)
+  if any(o.op is OptOp.PADTO and isinstance(o.arg, tuple) for o in opts):
+    from uopc.stages.overlap_tiles import simplified_addresses
+    sink = simplified_addresses(sink, trace)
   return sink
-
-
-def _simplified_addresses(sink: UOp, trace: Trace | None) -> UOp:
-  """Every INDEX's address simplified: an overlapping PADTO's shift max(0, (w // t) * t + t - n) becomes one of
-  the block's ranges only once the SPLITs have made w = g * t + lanes ((g * t + lanes) // t -> g), and a
-  SPLIT does not simplify the expressions around the range it replaces."""
-  memo: dict[UOp, UOp] = {}
-  for u in sink.toposort():
-    src = tuple(memo[x] for x in u.src)
-    if u.op is Ops.INDEX and len(src) > 1: src = (src[0], simplify(src[1])) + src[2:]
-    memo[u] = u if src == u.src else u.replace(src=src)
-    note(trace, u, memo[u])
-  return memo[sink]
 
 
 # ---- the stage ---------------------------------------------------------------------------------------------

@@ -44,7 +44,7 @@ class _Planner:
 def _strides(address: UOp) -> dict[UOp, int] | None:
   """Each range's coefficient in an address (0 where not a constant), or None where the address is not affine
   in them. An overlapping PADTO's shift, max(0, ...) of ranges alone, is constant over each of its tiles and
-  left out (so a padded axis still counts as contiguous: uopc.stages.optimize._overlapped)."""
+  left out (so a padded axis still counts as contiguous: uopc.stages.overlap_tiles)."""
   if (form := affine(address)) is not None: return {r: c.arg if c.op is Ops.CONST else 0 for r, c in form[0].items()}
   out: dict[UOp, int] = {}
   for a, c in linear_form(simplify(address)).items():
