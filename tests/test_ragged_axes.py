@@ -1,6 +1,8 @@
-"""Ragged contiguous output axes (uopc/stages/ragged_axes.py): a reduction's contiguous output axis of 1024 or
-more with no factor of 8 (GPT-2's 50257 logits) is padded before the GPU tile heuristics run; the others are
-not. The padded kernel computes what the unpadded one does (the emulator against numpy)."""
+"""Ragged axes: PADTO's overlapping tiles (uopc/stages/overlap_tiles.py) and the heuristics that use them (the
+staged float32 gemms of uopc/stages/local_staging.py on GPUs, uopc/stages/cpu_schedule.py's register tiles on
+CPUs), and the masked padding of a GPU reduction's long ragged contiguous axis (uopc/stages/ragged_axes.py).
+Every padded kernel computes what the unpadded one does: the emulator, the C/LLVM libraries and the GPU
+against numpy, random opts against the plain kernels bit for bit, ptxas on the staged ones."""
 from __future__ import annotations
 
 import numpy as np
@@ -15,9 +17,8 @@ from test_local_staging import NARROW, SMALL, _check_gemm, _heuristic, _inputs
 from test_optimize import GPU
 from test_tensor_programs import Func, conv2d, gemm
 from uopc.diagnostics import CompileError
-from uopc.ops import Ops
+from uopc.ops import AxisType, Ops
 from uopc.run import run_file
-from uopc.ops import AxisType
 from uopc.stages.optimize import Opt, OptError, OptOp, apply_opt, apply_opts, axis_size, kernel_axes, target_caps
 from uopc.stages.opts import parse_opts
 
