@@ -5,8 +5,8 @@ seed 000's table that `apply_opt` accepts on S:
 - SPLIT of every axis into each type it may be split into, by the factors below that divide it:
   UPCAST (u) and UNROLL (r, also a whole short axis), GROUP_REDUCE (G: vector lanes on a CPU,
   workgroup threads on a GPU, both sides there), THREAD (t, CPU targets), LOCAL (l, GPUs);
-- PADTO of an axis to a multiple it is not already of (PADS), masked, and on GPUs for a GLOBAL axis also
-  with overlapping tiles of that multiple (PADTO's third argument: no gated loads);
+- PADTO of an axis to a multiple it is not already of (PADS), masked, and for a GLOBAL axis also with
+  overlapping tiles of that multiple (PADTO's third argument: no gated loads);
 - SWAP of two axes of one type; NOLOCALS on a GPU; TC (tensor cores) as the first opt on -t cuda, with
   its operand tiles staged in shared memory in as many stages as fit, in 2, 3 or 4, or not at all, and
   each tile of TC_TILES; the tiles that make several warps a workgroup also with 3 and 4 stages
@@ -74,7 +74,7 @@ def actions(sink: UOp, opts: tuple[Opt, ...], caps: TargetCaps) -> list[Opt]:
     if not is_axis(r) or not isinstance(size := axis_size(r), int): continue
     out += [Opt(OptOp.SPLIT, i, (k, t, top)) for k, top, t in _splits(axis_type(r), size, caps)]
     out += [Opt(OptOp.PADTO, i, m) for m in PADS if size % m != 0 and size > m // 2]
-    if caps.gpu and axis_type(r) is AxisType.GLOBAL: out += [Opt(OptOp.PADTO, i, (m, m)) for m in PADS if size % m != 0 and size > m]
+    if axis_type(r) is AxisType.GLOBAL: out += [Opt(OptOp.PADTO, i, (m, m)) for m in PADS if size % m != 0 and size > m]
     out += [Opt(OptOp.SWAP, i, j) for j in range(i + 1, len(axes)) if is_axis(axes[j]) and axis_type(axes[j]) is axis_type(r)]
   if caps.gpu and not any(o.op is OptOp.NOLOCALS for o in opts): out.append(Opt(OptOp.NOLOCALS))
   return out
