@@ -98,14 +98,16 @@ def test_register_tiles_follow_the_vector_width():
   # row gets 32 partial sums instead, whatever the width too (tests/test_partials.py)
   assert _opts(reduction(4096, 512, "ADD", 1), 64)[0].startswith("SPLIT(0,8,u)")
   assert _opts(reduction(4096, 4096, "ADD", 1), 64)[0].startswith("SPLIT(1,32,G)")
-  # a padded 3x3 convolution: 8 columns (56 is no multiple of 16) by as many output channels as fill
-  # 16 registers, not its rows (their border-gated loads would be gathered lane by lane), no swap, and
-  # its 9 window positions (axis 5, selecting among the STACKed shifts) unrolled whole
+  # a padded 3x3 convolution: its output channels fill 16 registers, not its rows (their border-gated loads
+  # would be gathered lane by lane), no swap, and its 9 window positions (axis 5, selecting among the STACKed
+  # shifts) unrolled whole; the columns get 2 x 16 lanes with AVX-512 (masked vector loads of the borders; 56
+  # padded with overlapping tiles, see tests/test_masked_loads.py), 8 lane-by-lane loads with SSE
   c = conv2d(64, 56, 56, 64, 3, 3, 1)
-  assert _opts(c, 64) == ["SPLIT(2,8,u),SPLIT(0,32,u),SPLIT(5,9,r),SPLIT(0,2,t,top)"]
+  assert _opts(c, 64) == ["PADTO(2,32,32),SPLIT(2,32,u),SPLIT(0,8,u),SPLIT(5,9,r),SPLIT(0,8,t,top)"]
   assert _opts(c, 16) == ["SPLIT(2,8,u),SPLIT(0,8,u),SPLIT(5,9,r),SPLIT(0,8,t,top)"]
-  # a reduction whose contiguous axis takes fewer lanes (100 columns: 4) gets more rows for the same registers
-  assert _opts(softmax(4096, 100), 64)[0].startswith("SPLIT(1,4,u),SPLIT(0,32,u)")
+  # a reduction whose contiguous axis takes fewer lanes (100 columns: one register of 16, the axis padded to 112
+  # with overlapping tiles) gets more rows for the same registers
+  assert _opts(softmax(4096, 100), 64)[0].startswith("PADTO(1,16,16),SPLIT(1,16,u),SPLIT(0,16,u)")
 
 
 def _build(tmp_path: Path, text: str, tag: str, cpu: str, cc: str = "cc", cflags: str = "", emit=None) -> Path:

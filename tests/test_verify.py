@@ -277,6 +277,9 @@ def test_elementwise_valid(root):
   (u(Ops.LOAD, f32, at(ptr(), rng()), c(0.0, f32)), "LOAD takes (index) or (index, alt, gate), got 2 sources"),
   (u(Ops.LOAD, f32, at(ptr(), rng()), c(0, i32), c(True, b)), "LOAD alternative value is i32, the load f32"),
   (u(Ops.LOAD, f32, tensor(4), arg=("CPU", "GLOBAL")), "LOAD arg must be (device, addrspace)"),
+  (u(Ops.LOAD, f32.vec(4), at(ptr(), rng()), u(Ops.STACK, f32.vec(4), *[c(0.0, f32)] * 4), u(Ops.STACK, b.vec(2), c(True, b), c(False, b))),
+   "one bool, or one per lane of"),  # a masked load's gate has one lane per loaded lane
+  (u(Ops.STORE, void, at(ptr(), rng()), c(1.0, f32), u(Ops.STACK, b.vec(2), c(True, b), c(False, b))), "a store takes one bool"),
   (u(Ops.END, void, c(1.0, f32), rng()), "END body must be a side effect (STORE, END, GROUP or BARRIER), got CONST"),
   (u(Ops.GETTUPLE, i32, _function(), arg=0), "GETTUPLE has dtype i32, element 0 is f32"),
   (u(Ops.FUNCTION, void, tensor(4)), "FUNCTION body must be a TUPLE, got PARAM"),
@@ -298,6 +301,7 @@ def test_argument_and_shape_rules(root, expected):
   u(Ops.INDEX, f32, tensor(4, 8), c(1, idx)),
   u(Ops.INDEX, f32.ptr(), ptr(), rng(), c(True, b)),  # a valid mask as the third source
   u(Ops.LOAD, f32, at(ptr(), rng()), c(0.0, f32), c(True, b)),
+  u(Ops.LOAD, f32.vec(2), at(ptr(), rng()), u(Ops.STACK, f32.vec(2), c(0.0, f32), c(0.0, f32)), u(Ops.STACK, b.vec(2), c(True, b), c(False, b))),
   u(Ops.LOAD, f32, tensor(4), arg=(("CPU:0", "CPU:1"), AddrSpace.GLOBAL)),  # a copy to two devices
   u(Ops.STORE, void, tensor(4, 8), tensor(4, 8, slot=1)),
   u(Ops.STACK, f32, tensor(4), tensor(4, slot=1)),

@@ -458,12 +458,28 @@ class _Emulator:
   def _load(self, u):
     if isinstance(u.arg, tuple) and u.arg[:1] == (LDMATRIX,): return self._ldmatrix(u)
     dt = u.dtype
+    if len(u.src) == 3 and u.src[2].dtype.count > 1: return self._masked_load(u)
     mem, offs, lanes = self._access(u, 2, dt.count)
     out = np.array(self.values[u.src[1]]) if len(u.src) == 3 else np.zeros((self.T,) + ((dt.count,) if dt.count > 1 else ()), np_dtype(dt))
     cells = self._cells(offs, lanes, dt.count)
     if mem.space is AddrSpace.LOCAL: self._check_local_read(u, mem, lanes, cells)
     got = mem.data[lanes[:, None], cells] if mem.space is AddrSpace.REG else mem.data[cells]
     out[lanes] = got[:, 0] if dt.count == 1 else got
+    return out
+
+  def _masked_load(self, u):
+    """A vector LOAD with a gate per lane: each lane reads (and is bounds-checked) only where its gate is set."""
+    mem, offs = self.values[u.src[0]]
+    gates = np.asarray(self.values[u.src[2]]).astype(bool) & self.active[:, None]
+    out = np.array(self.values[u.src[1]])
+    for j in range(u.dtype.count):
+      lanes = np.flatnonzero(gates[:, j])
+      cells = offs[lanes] + j
+      if (bad := lanes[(cells < 0) | (cells >= mem.size)]).size:
+        raise self.fail(u, f"out-of-bounds load from '{mem.name}': {self._who(int(bad[0]))} accesses element {int(offs[bad[0]]) + j}"
+                           f" (lane {j} of a masked load), but it has {mem.size} elements")
+      if mem.space is AddrSpace.LOCAL: self._check_local_read(u, mem, lanes, cells[:, None])
+      out[lanes, j] = mem.data[lanes, cells] if mem.space is AddrSpace.REG else mem.data[cells]
     return out
 
   def _store(self, u):

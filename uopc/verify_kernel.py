@@ -29,6 +29,7 @@ def _check_load(u: UOp) -> Iterator[str]:
   if len(u.src) == 3:
     if u.src[1].dtype is not u.dtype: yield f"LOAD alternative value is {u.src[1].dtype}, the load {u.dtype}"
     yield from _check_gate(u, u.src[2])
+    if u.src[2].dtype.count not in (1, u.dtype.count): yield f"LOAD gate is {u.src[2].dtype}: one bool, or one per lane of {u.dtype}"
   a = u.arg
   if isinstance(a, tuple) and a[:1] == (LDMATRIX,):
     if len(a) != 2 or not isinstance(a[1], bool): yield f"LOAD arg must be ({LDMATRIX!r}, trans), got {a!r}"
@@ -49,7 +50,9 @@ def _check_store(u: UOp) -> Iterator[str]:
   elif val.dtype is not dst.dtype: yield f"STORE of {val.dtype} into a {dst.dtype} buffer"
   elif _known(dst.shape) and _known(val.shape) and dst.shape != val.shape:
     yield f"STORE value shape {_fmt(val.shape)} differs from the buffer's shape {_fmt(dst.shape)}"
-  if len(u.src) == 3: yield from _check_gate(u, u.src[2])
+  if len(u.src) == 3:
+    yield from _check_gate(u, u.src[2])
+    if u.src[2].dtype.count != 1: yield f"STORE gate is {u.src[2].dtype}: a store takes one bool"
   if u.arg is not None:
     if not (isinstance(u.arg, tuple) and len(u.arg) == 2 and u.arg[0] == ASYNC and isinstance(u.arg[1], bool)):
       yield f"STORE arg must be ({ASYNC!r}, commit) (an asynchronous copy) or none, got {u.arg!r}"

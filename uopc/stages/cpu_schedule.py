@@ -37,6 +37,11 @@ x86-64 build's SSE, 8 for AVX2, 16 for AVX-512; see `--cpu`), measured on 2 core
 - a reduction's output axis with few factors of two (197 tokens, 50257 or 1000 classes) is padded to a
   multiple of its lanes or tile rows with overlapping tiles (PADTO's third argument: the last tile moved
   back, nothing masked) before they are chosen, instead of getting a narrower tile or none (`_pad_ragged`);
+- where the target has masked vector loads (AVX2, AVX-512) and the gates of a padded border do not move with a
+  reduction loop (a convolution's window positions are unrolled whole instead), the gated loads along the
+  contiguous axis are vector loads: that axis gets whole vectors like a gemm's (padded with overlapping tiles,
+  or with masks when shorter than a vector, then filled with a second axis's rows), and the tile's rows avoid
+  only the axes that move the gates (`_lane_by_lane`, `_pad_lanes`, `_fill_vector`, `_border_rows`);
 - THREAD tasks over the outermost GLOBAL axis when the kernel is big enough to pay for threads and
   every reduction loop is nested in that axis (a task repeats whatever lies outside it: a fused
   reduction beside the output loop of a one-row softmax would run once per task); over the next such
@@ -52,7 +57,7 @@ import math
 
 from uopc.ops import AxisType, GroupOp, Ops
 from uopc.stages.optimize import Opt, OptOp, _is_global, _memory_ops, axis_size, kernel_axes, nested_with, root_buffer
-from uopc.stages.planner import _contiguous_output, _in_gated_load, _Planner, _reads_contiguously, _selects
+from uopc.stages.planner import CPU_SELECT_UNROLL, _contiguous_output, _in_gated_load, _Planner, _reads_contiguously, _selects, _store_strides
 from uopc.uop import UOp
 
 THREAD_MIN_WORK = 1 << 17  # iterations below which starting threads costs more than it saves
@@ -98,7 +103,7 @@ def _output_lanes(plan: _Planner, inner: int | None, gather_lanes: int, register
   width = registers * plan.caps.vector_width if _reads_contiguously(plan, inner) else gather_lanes
   # a gated load along the axis is made lane by lane (each lane tests its own gate): no more lanes than a
   # gather (tinygrad's cumsum, a window sum over a padded row: 24 -> 12 ms with 8 lanes instead of 32)
-  if _in_gated_load(plan, inner): width = min(width, CPU_GATHER_LANES)
+  if _lane_by_lane(plan, inner): width = min(width, CPU_GATHER_LANES)
   if _chains(plan) and width == registers * plan.caps.vector_width: width = CPU_CHAIN_REGISTERS * plan.caps.vector_width
   if sum(u.op in GroupOp.ALU for u in plan.sink.toposort()) > CPU_LONG_BODY: width = min(width, plan.caps.vector_width)
   if made := plan.split_by_first(inner, [width >> i for i in range(width.bit_length() - 1)], AxisType.UPCAST): return made
@@ -134,17 +139,23 @@ def _register_tile(plan: _Planner, inner: int | None) -> None:
   registers = 2
   if plan.axes(AxisType.REDUCE) and not others and inner is not None and isinstance(size := plan.size(inner), int):
     registers = next((r for r in (CPU_TILE_REGISTERS, 8, 4) if size // (r * plan.caps.vector_width) >= CPU_ALONE_BLOCKS), 2)
-  if plan.axes(AxisType.REDUCE) and inner is not None and _reads_contiguously(plan, inner) and not _in_gated_load(plan, inner):
-    _pad_ragged(plan, inner, registers * plan.caps.vector_width, CPU_PAD_BLOCKS)  # its blocks become the outermost axis (SWAP below)
+  masked = inner is not None and _in_gated_load(plan, inner) and not _lane_by_lane(plan, inner)  # masked vector loads
+  # ... which take two registers of lanes where the tile has 32 registers to live in (AVX-512), one with AVX2's 16
+  # (3x3 convolution 3x224x224->64 on Zen 5: 8 lanes by 16 channels 1.14 ms, 16 by 8 1.46-1.56)
+  if masked and plan.caps.vector_width < 16: registers = 1
+  if plan.axes(AxisType.REDUCE) and inner is not None and _reads_contiguously(plan, inner) and not _lane_by_lane(plan, inner):
+    registers = _pad_lanes(plan, inner, registers, masked)  # its blocks become the outermost axis (SWAP below)
+  before = plan.size(inner) if inner is not None else None
   lanes = _output_lanes(plan, inner, CPU_GATHER_LANES, registers)
-  if lanes: others = [i + (i > inner) for i in others]
+  if lanes and lanes != before: others = [i + (i > inner) for i in others]  # a split of part of the axis adds one after it
+  if lanes and lanes == before and plan.axes(AxisType.REDUCE): lanes, inner, others = _fill_vector(plan, inner, lanes, others)
   if plan.axes(AxisType.REDUCE):
     # the tile's other axis: one whose loads are not gated (a convolution's output channels, not its
     # rows, whose border-gated loads would be gathered lane by lane), as many lanes as fill the budget,
     gated = any(u.op is Ops.LOAD and len(u.src) == 3 for u in _memory_ops(plan.sink))
     rows = [k for k in CPU_TILE_ROWS if k * lanes <= CPU_TILE_REGISTERS * plan.caps.vector_width] if lanes else CPU_TILE_ROWS[-3:]
     # the last such axis that a tile size divides (pooling's 27 rows do not: its 64 channels do)
-    ungated = [i for i in others if not _in_gated_load(plan, i)]
+    ungated = [i for i in others if not _border_rows(plan, i, masked)]
     # ... preferably one that some input does not move (its values then serve the whole tile): a gemm's rows,
     # not the heads of a batched one, where each head reads its own a and b
     ungated = [i for i in ungated if _reused(plan, i)] or ungated
@@ -155,11 +166,83 @@ def _register_tile(plan: _Planner, inner: int | None) -> None:
       inner += inner > other
     if selecting := [i for i in plan.axes(AxisType.REDUCE) if _selects(plan, i)]:  # their unrolled selections are code enough
       for i in reversed(selecting): plan.split_by_first(i, (plan.size(i),), AxisType.UNROLL)
-    else:
+    elif not (masked and _gate_unroll(plan)):  # so are the masked loads of a window's positions
       r = plan.axes(AxisType.REDUCE)[-1]
       short = isinstance(plan.size(r), int) and plan.size(r) <= 8
       plan.split_by_first(r, (plan.size(r),) if short else (2,), AxisType.UNROLL)
     if lanes and other is not None and other < inner and not gated: plan.apply(Opt(OptOp.SWAP, other, inner))
+
+
+def _lane_by_lane(plan: _Planner, i: int) -> bool:
+  """Axis i moves a gated global load that its lanes would each make on their own: the target has no masked
+  vector loads, some load along i does not read consecutive elements (a strided window), or the gates move
+  with a reduction loop, so that each step would build its vector of gates lane by lane (tinygrad's cumsum:
+  a window sum over a padded row, 1.6 ms with 8 lanes of scalar loads, 2.7 with 32 of masked ones). Short
+  reductions (a convolution's window, up to CPU_SELECT_UNROLL positions) are unrolled instead (_gate_unroll)."""
+  if not _in_gated_load(plan, i): return False
+  sizes = [plan.size(r) for r in _gate_reduces(plan)]
+  return not (plan.caps.masked_loads and _reads_contiguously(plan, i) and all(isinstance(s, int) for s in sizes)
+              and math.prod(sizes) <= CPU_SELECT_UNROLL)
+
+
+def _gate_reduces(plan: _Planner) -> list[int]:
+  """The REDUCE axes that the gate of some gated global load moves with (a padded convolution's window)."""
+  axes, gated = kernel_axes(plan.sink), set()
+  for u in _memory_ops(plan.sink):
+    if u.op is Ops.LOAD and len(u.src) == 3 and _is_global(root_buffer(u.src[0])): gated |= set(u.src[2].toposort())
+  return [i for i in plan.axes(AxisType.REDUCE) if axes[i] in gated]
+
+
+def _gate_unroll(plan: _Planner) -> bool:
+  """The REDUCE axes the gates move with, unrolled whole (see _lane_by_lane): each unrolled copy's gates are
+  then computed once per tile, outside the reduction loop; whether there were any."""
+  axes = _gate_reduces(plan)
+  for i in reversed(axes): plan.split_by_first(i, (plan.size(i),), AxisType.UNROLL)
+  return bool(axes)
+
+
+def _pad_lanes(plan: _Planner, inner: int, registers: int, masked: bool) -> int:
+  """Pads a reduction's contiguous output axis for its lanes; the registers of lanes it then takes. A ragged axis
+  (see _pad_ragged) gets overlapping tiles of `registers` vectors or, where it is shorter than those, of one
+  (a 28-wide image: 16 lanes, the second tile moved back by 4); an axis shorter than a vector is padded to the
+  next power of two, its extra lanes masked, where that adds at most CPU_PAD_WASTE (a 14-wide image to 16, a
+  7-wide one to 8). AVX-512, 2 cores, 3x3 convolutions against numpy's im2col and matmul: 128x28x28->128
+  1.9 -> 0.74 ms (1.2), 256x14x14->256 4.7 -> 0.78 (1.1), with the masked vector loads of their padded borders."""
+  width = plan.caps.vector_width
+  for r in dict.fromkeys((registers, 1)):
+    if _pad_ragged(plan, inner, r * width, CPU_PAD_BLOCKS, masked): return r
+  size = plan.size(inner)
+  if isinstance(size, int) and 2 < size < width and size & (size - 1) and (up := 1 << size.bit_length()) - size <= size * CPU_PAD_WASTE:
+    plan.apply(Opt(OptOp.PADTO, inner, up))
+  return registers
+
+
+def _fill_vector(plan: _Planner, inner: int, lanes: int, others: list[int]) -> tuple[int, int, list[int]]:
+  """Lanes fewer than a vector (a 7-wide image padded to 8) filled with the next output axis outwards where the
+  tile's rows do not take that axis (two rows of the image, padded with masks where needed), so that a vector
+  holds one value of the tile's other axis (one output channel: one broadcast weight) instead of several;
+  (lanes, inner, others) after it. AVX-512, 2 cores,
+  3x3 convolution 512x7x7->512: 1.78 -> 1.61 ms (numpy's im2col and matmul 1.33-1.40)."""
+  fill = plan.caps.vector_width // lanes
+  strides = _store_strides(plan.sink)
+  axes = kernel_axes(plan.sink)
+  outward = sorted((strides.get(axes[i], 0), i) for i in others if strides.get(axes[i], 0) > 1)
+  if fill < 2 or not outward or not _border_rows(plan, f := outward[0][1], True): return lanes, inner, others  # else the tile's rows take it
+  size = plan.size(f)
+  if size % fill and not (-size % fill <= size * CPU_PAD_WASTE and plan.apply(Opt(OptOp.PADTO, f, size + -size % fill))): return lanes, inner, others
+  size = plan.size(f)
+  if not plan.split_by_first(f, (fill,), AxisType.UPCAST): return lanes, inner, others
+  shift = int(size != fill)  # the split of part of the axis adds one after it
+  return lanes * fill, inner + (shift and inner > f), [i + (shift and i > f) for i in others if i != f]
+
+
+def _border_rows(plan: _Planner, i: int, masked: bool) -> bool:
+  """Axis i would make a register tile's rows load lane by lane: it moves a gated global load (a padded
+  border) or, where the lanes' gated loads are `masked` vector loads (each row's vector one load), its gate (a
+  padded image's rows, not the output channels of a residual load gated by the padded columns' mask)."""
+  if not masked: return _in_gated_load(plan, i)
+  r = kernel_axes(plan.sink)[i]
+  return any(u.op is Ops.LOAD and len(u.src) == 3 and _is_global(root_buffer(u.src[0])) and r in u.src[2].toposort() for u in _memory_ops(plan.sink))
 
 
 def _reused(plan: _Planner, i: int) -> bool:
@@ -172,15 +255,16 @@ CPU_PAD_WASTE = 1 / 4       # a ragged output axis is padded where that adds at 
 CPU_PAD_BLOCKS = 4          # ... to a multiple of this many tiles where that does (a prime count of blocks has no THREAD tasks)
 
 
-def _pad_ragged(plan: _Planner, axis: int, tile: int, blocks: int = 1) -> bool:
+def _pad_ragged(plan: _Planner, axis: int, tile: int, blocks: int = 1, whole: bool = False) -> bool:
   """An output axis whose largest power-of-two divisor is under half of `tile` (197 tokens, 50257 classes,
   1000: 8 lanes of 32) padded to a multiple of `tile` with overlapping tiles (PADTO's third argument: the last
   tile moved back to end at the axis's end, no gated loads), so that it gets its lanes or tile rows; whether it
   was. 2-core Zen 5, --cpu native (AVX-512), `bench_cpu.py --filter ragged` (numpy's matmul in brackets):
   197 x 768 x 3072 49.7 -> 3.6 ms (4.0), 64 x 768 x 50257 410 -> 39 ms (24), 1000 x 768 x 1000 8.3 -> 3.7 (6.0),
-  1024 x 768 x 1031 59 -> 4.8 (6.5)."""
+  1024 x 768 x 1031 59 -> 4.8 (6.5). With `whole`, any axis the tile does not divide (a padded convolution's 28
+  columns with AVX2: 4 lanes, or 8 in 4 overlapping tiles: 2.15 -> 1.47 ms for 128x28x28->128)."""
   size = plan.size(axis)
-  if not isinstance(size, int) or size < tile or (size & -size) >= tile // 2: return False
+  if not isinstance(size, int) or size < tile or (size % tile == 0 if whole else (size & -size) >= tile // 2): return False
   # to a multiple of `blocks` tiles where that wastes little too: the blocks of tiles then divide among THREAD tasks
   m = next((tile * b for b in (blocks, 1) if -size % (tile * b) <= size * CPU_PAD_WASTE), None)
   return m is not None and plan.apply(Opt(OptOp.PADTO, axis, (m, tile)))

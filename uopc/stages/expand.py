@@ -16,7 +16,10 @@
 3. Memory. A LOAD or STORE address that is `base + sum(c_a * axis_a)` gives each lane a constant
    offset from one base; runs of consecutive offsets (whose start is a multiple of their width on
    targets that need aligned vectors) are one vector access, other lanes are scalar accesses
-   STACKed. A gate that differs between lanes makes every lane its own gated access.
+   STACKed. A gate that differs between lanes makes every lane its own gated access, except for
+   loads on targets with masked loads (CPUs) whose gate does not move with a reduction loop: there a run
+   is one vector load with a gate per lane (a masked lane reads no memory and takes its `alt`), as a
+   padded convolution's border taps are.
 4. Contraction. A STORE that does not depend on an UNROLL axis its value depends on is a reduction
    over that axis, `acc = op(acc, v)`: the lanes of v are folded into acc one after the other, in the
    order the loop would have run them, so the result is bit for bit the unexpanded one.
@@ -262,7 +265,7 @@ class _Expander:
     if self.v[idx.src[0]].axes: raise _fail("a pointer that differs across lanes")
     if not axes: return Lanes((), (u.replace(src=(idx.replace(src=(self.one(idx.src[0]), self.one(idx.src[1]))),) + tuple(self.one(s) for s in u.src[1:])),), 1)
     ptr, gate = self.one(idx.src[0]), (u.src[2] if len(u.src) == 3 else None)
-    form = self.offsets(idx.src[1], axes) if gate is None or not self.v[gate].axes else None
+    form = self.offsets(idx.src[1], axes) if gate is None or not self.v[gate].axes or self._masked(gate) else None
     def access(lanes: list[int]) -> UOp:
       if form is None: return self.scalar_loads(u, ptr, axes, lanes)
       runs = self.runs(form[0], form[1], lanes)
@@ -271,9 +274,16 @@ class _Expander:
       return pieces[0] if len(pieces) == 1 else _stack_pieces(pieces)
     return self.make(axes, access)
 
+  def _masked(self, gate: UOp) -> bool:
+    """A gate that differs across lanes makes masked vector loads: on targets that have them, where it does not
+    move with a reduction loop (whose every step would build the vector of gates lane by lane; a padded
+    convolution's window positions are unrolled, its gates computed once per tile)."""
+    return self.caps.masked_loads and not any(is_axis(r) and axis_type(r) in (AxisType.REDUCE, AxisType.GROUP_REDUCE) for r in gate.toposort())
+
   def vector_load(self, u: UOp, ptr: UOp, base: UOp, delta: int, axes, run: list[int]) -> UOp:
     at = UOp(Ops.INDEX, ptr.dtype, (ptr, simplify(base.alu(Ops.ADD, _idx(delta)))))
-    extra = ((self.operand(u.src[1], axes, run), self.one(u.src[2])) if len(u.src) == 3 else ())
+    gate = (self.operand(u.src[2], axes, run) if self.v[u.src[2]].axes else self.one(u.src[2])) if len(u.src) == 3 else None
+    extra = ((self.operand(u.src[1], axes, run), gate) if gate is not None else ())
     return UOp(Ops.LOAD, u.dtype.vec(len(run)), (at,) + extra)
 
   def window_loads(self, u: UOp, ptr: UOp, base: UOp, deltas: list[int], lanes: list[int], runs: int) -> UOp | None:

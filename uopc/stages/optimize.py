@@ -99,6 +99,7 @@ class TargetCaps:
   local_bytes: int = 48 * 1024  # LOCAL (shared) memory a workgroup may use: what TC's pinned stages may fill
   fused_products: bool = False  # float ADD(MUL) becomes one multiply-add (--fp-contract=fast, --fast-math): half the instructions
   warpgroup_mma: bool = False  # every arch of the build has warpgroup MMAs (sm_90a's wgmma): TC takes the warpgroup tile
+  masked_loads: bool = False   # a vector load may take a gate per lane (-t c with AVX2 or AVX-512 vectors: their masked loads)
 
 
 def target_caps(target: "str | Target", vector_bytes: int | None = None, archs: tuple[str, ...] = (), tf32: bool = False,
@@ -113,7 +114,8 @@ def target_caps(target: "str | Target", vector_bytes: int | None = None, archs: 
   --fast-math) tells the GPU heuristics that a multiply-add is one instruction, not two."""
   from uopc.targets import as_target
   t = as_target(target)
-  if t.name == "c": return TargetCaps(t.name, gpu=False, threads=True, vector_width=(vector_bytes or 16) // 4, aligned_vectors=False)
+  if t.name == "c": return TargetCaps(t.name, gpu=False, threads=True, vector_width=(vector_bytes or 16) // 4, aligned_vectors=False,
+                                     masked_loads=(vector_bytes or 16) >= 32)
   if t.name == "llvm": return TargetCaps(t.name, gpu=False, threads=True, vector_width=4, aligned_vectors=False)
   local = min(map(t.local_bytes, archs or t.default_archs), default=TargetCaps.local_bytes) if t.local_bytes else TargetCaps.local_bytes
   tensor_cores = (CUDA_TENSOR_CORES + ((TF32_TENSOR_CORE,) if tf32 else ())) if t.name == "cuda" else ()

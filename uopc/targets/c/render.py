@@ -34,7 +34,7 @@ from typing import Any
 from uopc.dtype import AddrSpace, DType, PtrDType, dtypes
 from uopc.targets import param_name
 from uopc.ops import FUSED, GroupOp, Ops
-from uopc.targets.c.prelude import C_PRELUDE, vector_max, vector_type_name
+from uopc.targets.c.prelude import C_PRELUDE, masked_load, vector_max, vector_type_name
 from uopc.targets.c.scalar import _COMPARE_OPS, _HALF_NAMES, _fail, _is_half, _lanes, alu_expr, cast_expr, ctype, render_const
 from uopc.targets.c.shuffle import shuffle, shuffle_sources
 from uopc.targets.c.threads import TASK_PARAM
@@ -310,6 +310,9 @@ class _Renderer:
     if u.dtype.count == 1:
       self._define(u, f"({gate}?*{ptr}:{alt})" if gate is not None else f"*{ptr}", "val")
       return
+    if gate is not None and u.src[2].dtype.count > 1:  # a gate per lane: a masked vector load
+      self._define(u, masked_load(u.dtype, ptr, gate, alt), "val")
+      return self.whole.add(u)
     self._define(u, alt if alt is not None else "{0}", "val")
     self.whole.add(u)
     copy = f"memcpy(&{self.names[u]}, {ptr}, {u.dtype.itemsize});"

@@ -19,10 +19,10 @@ def artifacts(name: str, archs: tuple[str, ...] = ()) -> dict[str, str]:
 def build(req: BuildRequest) -> dict[str, Path]:
   from uopc.driver import compile_shared
   from uopc.launcher import render_header, render_source
-  from uopc.targets.c.render import C_PRELUDE
+  from uopc.targets.c.prelude import c_prelude
   paths = {kind: req.out_dir / file for kind, file in artifacts(req.name).items()}
   paths["header"].write_text(render_header(req.name, req.entries))
-  paths["source"].write_text(render_source(req.name, req.entries, C_PRELUDE))
+  paths["source"].write_text(render_source(req.name, req.entries, c_prelude(k.source for e in req.entries for k in e.kernels)))
   if "so" in req.emit: compile_shared(paths["source"], paths["so"], req.opt_level, req.env, req.cpu_flags)
   return paths
 
