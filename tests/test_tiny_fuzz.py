@@ -34,7 +34,8 @@ BATCHES = int(os.environ.get("UOPC_TINY_FUZZ_BATCHES", "4"))
 PROGRAMS = int(os.environ.get("UOPC_TINY_FUZZ_PROGRAMS", "60"))
 _SEED_ENV = os.environ.get("UOPC_TINY_FUZZ_SEED", "0")
 SEED = secrets.randbits(32) if _SEED_ENV == "random" else int(_SEED_ENV)
-TARGETS = [("c", False), ("llvm", False), ("cuda", True), ("amd", True), ("metal", True)]
+# (target, emulated, --cpu): -t c also for the build machine's vectors (AVX2/AVX-512: masked vector loads, wider tiles)
+TARGETS = [("c", False, "portable"), ("c", False, "native"), ("llvm", False, "portable"), ("cuda", True, ""), ("amd", True, ""), ("metal", True, "")]
 CORPUS = Path(__file__).resolve().parent / "tiny_fuzz_corpus"
 
 
@@ -91,8 +92,9 @@ def run_batch(progs: list[TinyProgram], tmp_path: Path) -> list[str]:
   path = tmp_path / "batch.uop"
   path.write_text("\n".join(texts))
   module = parse_source(path.read_text(), str(path))
-  for target, emulated in TARGETS:
-    lib = None if emulated else __import__("ctypes").CDLL(str(build_library(path, target, tmp_path / target)))
+  for target, emulated, cpu in TARGETS:
+    lib = None if emulated else __import__("ctypes").CDLL(str(build_library(path, target, tmp_path / f"{target}-{cpu}", cpu)))
+    target += f" --cpu {cpu}" if cpu == "native" else ""
     for p, ref, want, text in zip(progs, refs, wants, texts):
       entry = module.entry(p.name)
       args = entry_arguments(entry)

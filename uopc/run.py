@@ -249,10 +249,10 @@ class _EntryInfo(ctypes.Structure):
 _KIND_VAR = 1  # uopc_arg_kind UOPC_ARG_VAR
 
 
-def build_library(path: Path, target: str, out_dir: Path) -> Path:
+def build_library(path: Path, target: str, out_dir: Path, cpu: str = "portable") -> Path:
   from uopc.driver import BuildOptions, build, check_target
   check_target(target)
-  build(path, BuildOptions(target, out_dir, ("so", "header"), name=_LIB))
+  build(path, BuildOptions(target, out_dir, ("so", "header"), name=_LIB, cpu=cpu))
   return out_dir / f"lib{_LIB}.so"
 
 
