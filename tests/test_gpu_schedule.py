@@ -137,3 +137,29 @@ def test_a_batched_convolution_unrolls_only_what_its_registers_hold():
                                name="conv")
   [axes] = schedule(f)
   assert axes.endswith("R64 R3 r3") and "u16" in axes and "u8" in axes
+
+
+def _tinygrad_conv(n: int, c: int, hw: int, o: int) -> Func:
+  tinygrad = pytest.importorskip("tinygrad", reason="tinygrad 0.14 is not installed (pip install -e '.[test]')")
+  import uopc
+  t = tinygrad.Tensor
+  f = Func("conv")
+  f.text = lambda: uopc.export(lambda x, w, b: x.conv2d(w, b, padding=1), t.empty(n, c, hw, hw), t.empty(o, c, 3, 3), t.empty(o),  # type: ignore[method-assign]
+                               name="conv")
+  return f
+
+
+def test_a_batch_of_small_images_tiles_its_images_and_output_channels():
+  """8 x 512 x 7 x 7 (ResNet's last stage, batch 8): no tile divides the 7 columns, so the tile's first axis is the
+  batch (the weights serve every image) by 8 output channels, the columns threads; batches of one and of four keep
+  one output a thread."""
+  [axes] = schedule(_tinygrad_conv(8, 512, 7, 512))
+  assert axes.startswith("u8 g64 u8 g7 l7") and "G" in axes
+  assert schedule(_tinygrad_conv(1, 512, 7, 512)) == ["g64 l8 g7 l7 R128 r4 r3 r3"]
+  assert schedule(_tinygrad_conv(4, 512, 7, 512)) == ["g4 g32 l16 g7 l7 R128 r4 r3 r3"]
+
+
+def test_a_batch_of_small_images_computes_what_the_c_target_does_in_the_emulator(tmp_path, monkeypatch):
+  f = _tinygrad_conv(8, 8, 7, 16)
+  emulated_matches_c(f, tmp_path, monkeypatch)
+  assert schedule(f)[0].startswith("u8 l2 u8 g7 l7")  # with the floors emulated_matches_c lowers: the images' tile

@@ -18,7 +18,7 @@ its kernel (e.g. 'TC(2,-1,4,7)'), `--hgemm-only` times only that gemm (heuristic
 and `--gemm-only` do the same for the float32 gemm 2048 (`--gemm-shape M,K,N`: another), `--ragged` times
 only the float32 gemms of real models' ragged shapes (RAGGED_GEMMS), `--skinny` those with few rows
 (SKINNY_GEMMS), `--conv-opts` and `--conv-only` for the batched
-convolution; each with torch's
+convolution (`--conv-shape N,C,HW,O`, repeatable: other shapes); each with torch's
 time and rate for the same computation, and bandwidths also as a share of the measured copy bandwidth
 and of the peak the driver reports (memory clock x bus width). Each time is the median of several
 runs between CUDA events; what cannot run is printed as skipped.
@@ -353,6 +353,8 @@ def main() -> None:
   parser.add_argument("--hgemm-only", action="store_true", help="time only the f16 gemm 4096 (heuristics, then each --hgemm-opts)")
   parser.add_argument("--conv-opts", action="append", default=[], metavar="OPTS", help="also time the batched convolution with OPTS pinned")
   parser.add_argument("--conv-only", action="store_true", help="time only the batched convolution (heuristics, then each --conv-opts)")
+  parser.add_argument("--conv-shape", action="append", default=[], metavar="N,C,HW,O",
+                      help="with --conv-only: time the 3x3 convolution of this shape instead (repeatable; e.g. 1,512,7,512 for ResNet's last stage)")
   parser.add_argument("--gemm-opts", action="append", default=[], metavar="OPTS", help="also time the float32 gemm 2048 with OPTS pinned")
   parser.add_argument("--gemm-only", action="store_true", help="time only the float32 gemm 2048 (heuristics, then each --gemm-opts)")
   parser.add_argument("--gemm-shape", default="2048,2048,2048", metavar="[H,]M,K,N", help="the float32 gemm of --gemm-only/--gemm-opts (H: batched)")
@@ -372,7 +374,8 @@ def main() -> None:
     bench_hgemm_pins(gpu, timer, out_dir, [None, *args.hgemm_opts])
     return
   if args.conv_only:
-    for opts in (None, *args.conv_opts): bench_batched_conv(gpu, timer, out_dir, opts)
+    for shape in [tuple(int(x) for x in c.split(",")) for c in args.conv_shape] or [(32, 64, 56, 64)]:
+      for opts in (None, *args.conv_opts): bench_batched_conv(gpu, timer, out_dir, opts, *shape)
     return
   shape = tuple(int(x) for x in args.gemm_shape.split(","))
   if args.gemm_only:
