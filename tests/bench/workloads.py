@@ -242,6 +242,14 @@ GEMV_GEMMS = ((1, 768, 3072), (1, 3072, 768), (1, 768, 50257))
 ATTENTION_GEMMS = ((12, 197, 64, 197), (12, 197, 197, 64))
 
 
+# ResNet's later stages at batch 1: 3x3 convolutions of small images (C x HW x HW -> C)
+RESNET_CONVS = ((128, 28), (256, 14), (512, 7))
+
+
+def resnet_convs() -> list[Workload]:
+  return [replace(w, group="resnet") for c, hw in RESNET_CONVS for w in convolutions(c, hw, c)]
+
+
 def ragged_gemms() -> list[Workload]:
   return [replace(gemm_shape(*s), group="ragged") for s in RAGGED_GEMMS] + [replace(gemm_shape(*s), group="gemv") for s in GEMV_GEMMS] + \
          [replace(batched_gemm_shape(*s), group="attention") for s in ATTENTION_GEMMS]
@@ -249,4 +257,4 @@ def ragged_gemms() -> list[Workload]:
 
 def all_workloads() -> list[Workload]:
   return [*elementwise(1 << 24), *rows(4096, 1024), *reductions(1 << 24, 4096, 4096),
-          *gemms((256, 512, 1024, 2048)), *ragged_gemms(), *convolutions(64, 56, 64)]
+          *gemms((256, 512, 1024, 2048)), *ragged_gemms(), *convolutions(64, 56, 64), *resnet_convs()]
