@@ -288,6 +288,11 @@ C_PRELUDE = "\n".join([
   "#if defined(__clang__)",
   "#pragma STDC FP_CONTRACT OFF /* one rounding per op (GCC: -std=c99 or -ffp-contract=off) */",
   "#endif",
+  "/* A whole vector is stored through an unaligned vector type, not memcpy: GCC 12.2 at -O3 with AVX-512",
+  "   (-march=x86-64-v4) turns a 32-byte memcpy of a constant vector into a 256-bit integer move and then",
+  "   materializes some such constants wrongly ({2, 2, 0, 0} stored as {2, 2, 2, 2}). */",
+  "#define uopc_vstore(p, v) do { typedef __typeof__(v) uopc_vs_t_ __attribute__((aligned(1), may_alias)); "
+  "*(uopc_vs_t_*)(void*)(p) = (v); } while (0)",
   "#if defined(__GNUC__) && !defined(__clang__)",
   "/* GCC's loop vectorizer miscompiles in-order float reductions over reversed loads (GCC 11.3 at -O3 and",
   "   12.2 at -O2 sum some elements twice); uopc vectorizes the kernels itself, so nothing is lost. */",
