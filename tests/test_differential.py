@@ -47,8 +47,9 @@ def _available(name: str) -> bool:
 
 TARGETS = tuple(t for t in target_names() if _available(t))
 # the native targets, each built for the portable baseline, and -t c for the build machine's vectors too
-# (AVX2/AVX-512: wider register tiles, masked vector loads)
-NATIVE_BUILDS = [(t, "portable") for t in NATIVE if t in TARGETS] + ([("c", "native")] if "c" in TARGETS else [])
+# (AVX2/AVX-512: wider register tiles, masked vector loads; UOPC_FUZZ_CPU=x86-64-v3 picks another --cpu level)
+WIDE = os.environ.get("UOPC_FUZZ_CPU", "native")
+NATIVE_BUILDS = [(t, "portable") for t in NATIVE if t in TARGETS] + ([("c", WIDE)] if "c" in TARGETS else [])
 
 
 def _mismatch(prog: Program, how: str, got: dict, text: str) -> str:

@@ -35,7 +35,8 @@ PROGRAMS = int(os.environ.get("UOPC_TINY_FUZZ_PROGRAMS", "60"))
 _SEED_ENV = os.environ.get("UOPC_TINY_FUZZ_SEED", "0")
 SEED = secrets.randbits(32) if _SEED_ENV == "random" else int(_SEED_ENV)
 # (target, emulated, --cpu): -t c also for the build machine's vectors (AVX2/AVX-512: masked vector loads, wider tiles)
-TARGETS = [("c", False, "portable"), ("c", False, "native"), ("llvm", False, "portable"), ("cuda", True, ""), ("amd", True, ""), ("metal", True, "")]
+TARGETS = [("c", False, "portable"), ("c", False, os.environ.get("UOPC_FUZZ_CPU", "native")), ("llvm", False, "portable"),
+           ("cuda", True, ""), ("amd", True, ""), ("metal", True, "")]
 CORPUS = Path(__file__).resolve().parent / "tiny_fuzz_corpus"
 
 
@@ -94,7 +95,7 @@ def run_batch(progs: list[TinyProgram], tmp_path: Path) -> list[str]:
   module = parse_source(path.read_text(), str(path))
   for target, emulated, cpu in TARGETS:
     lib = None if emulated else __import__("ctypes").CDLL(str(build_library(path, target, tmp_path / f"{target}-{cpu}", cpu)))
-    target += f" --cpu {cpu}" if cpu == "native" else ""
+    target += f" --cpu {cpu}" if not emulated and cpu != "portable" else ""
     for p, ref, want, text in zip(progs, refs, wants, texts):
       entry = module.entry(p.name)
       args = entry_arguments(entry)
