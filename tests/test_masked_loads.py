@@ -127,3 +127,43 @@ def test_the_emulator_runs_masked_loads(tmp_path, vector_bytes):
     got = run_file(tmp_path / "c.uop", target="c", inputs=inputs, emulated=True, vector_bytes=vector_bytes).arrays["out"]
     want = run_file(tmp_path / "c.uop", target="c", inputs=inputs).arrays["out"]
     np.testing.assert_array_equal(got, want, err_msg=f.name)
+
+
+def _strided_conv_text(c: int, hw: int, o: int) -> str:
+  """tinygrad's conv2d with stride 2 and padding 1 (ResNet's downsampling 3x3), exported."""
+  tinygrad = pytest.importorskip("tinygrad", reason="tinygrad 0.14 is not installed (pip install -e '.[test]')")
+  import uopc
+  t = tinygrad.Tensor
+  return uopc.export(lambda x, w: x.conv2d(w, stride=2, padding=1), t.empty(1, c, hw, hw), t.empty(o, c, 3, 3), name="conv")
+
+
+def test_a_stride_2_convolution_loads_masked_windows():
+  """Its taps read every other column: each vector of 16 columns is two masked loads of a window of 16 (the
+  masks false on the columns between) and a shuffle; 14 output columns padded to 16, by 16 channels."""
+  from uopc.stages.optimize import heuristic_opts, target_caps
+  from test_optimize import kernels_of
+  text = _strided_conv_text(128, 28, 256)
+  caps = target_caps("c", 64)
+  assert [",".join(map(str, heuristic_opts(k, caps))) for k in kernels_of(text, caps).values()] == [
+    "PADTO(2,16),SPLIT(2,16,u),SPLIT(0,16,u),SPLIT(6,3,r),SPLIT(5,3,r),SPLIT(0,16,t,top)"]
+
+
+@pytest.mark.parametrize("cpu", RUNNABLE)
+def test_a_stride_2_convolution_computes_what_the_portable_build_does(tmp_path, cpu):
+  text = _strided_conv_text(8, 14, 16)  # 7 output columns: padded to 8
+  rng = np.random.default_rng(3)
+  x, w = rng.standard_normal((1, 8, 14, 14), np.float32), rng.standard_normal((16, 8, 3, 3), np.float32)
+  outs = []
+  for tag, level in (("plain", "portable"), ("wide", cpu)):
+    lib = ctypes.CDLL(str(_build(tmp_path, text, tag, level, cflags="-Wall -Wextra -Werror" if tag == "wide" else "") / f"lib{LIB}.so"))
+    out = np.full((1, 16, 7, 7), np.nan, np.float32)
+    assert lib.t_conv(*(a.ctypes.data_as(ctypes.c_void_p) for a in (x, w, out))) == 0
+    outs.append(out)
+  if cpu != "native" or "x86-64-v4" in RUNNABLE: assert "uopc_mload_b" in (tmp_path / "wide" / f"{LIB}.c").read_text()
+  np.testing.assert_array_equal(outs[1], outs[0])
+  xp = np.pad(x[0].astype(np.float64), ((0, 0), (1, 1), (1, 1)))
+  want = sum(np.einsum("oc,chw->ohw", w[:, :, i, j].astype(np.float64), xp[:, i:i + 14:2, j:j + 14:2]) for i in range(3) for j in range(3))
+  np.testing.assert_allclose(outs[0][0], want, rtol=1e-5, atol=1e-5)
+  (tmp_path / "s.uop").write_text(text)
+  emulated = run_file(tmp_path / "s.uop", target="c", inputs={"x": x, "w": w}, emulated=True, vector_bytes=64).arrays["out"]
+  np.testing.assert_array_equal(emulated, outs[0])

@@ -57,7 +57,8 @@ import math
 
 from uopc.ops import AxisType, GroupOp, Ops
 from uopc.stages.optimize import Opt, OptOp, _is_global, _memory_ops, axis_size, kernel_axes, nested_with, root_buffer
-from uopc.stages.planner import CPU_SELECT_UNROLL, _contiguous_output, _in_gated_load, _Planner, _reads_contiguously, _selects, _store_strides
+from uopc.stages.planner import (CPU_SELECT_UNROLL, _contiguous_output, _in_gated_load, _Planner, _reads_contiguously, _selects,
+                                  _store_strides, _strides)
 from uopc.uop import UOp
 
 THREAD_MIN_WORK = 1 << 17  # iterations below which starting threads costs more than it saves
@@ -93,14 +94,14 @@ def _partials(plan: _Planner) -> bool:
   return bool(long_reads)
 
 
-def _output_lanes(plan: _Planner, inner: int | None, gather_lanes: int, registers: int = 2) -> int:
+def _output_lanes(plan: _Planner, inner: int | None, gather_lanes: int, registers: int = 2, masked: bool = False) -> int:
   """UPCAST the contiguous output axis: 2W lanes where its loads are contiguous too, else `gather_lanes`
   (each lane then gathers its own elements); the lanes made. A body of more than CPU_LONG_BODY ALU ops
   gets W lanes: its register's copies are rendered one after the other, too far apart for the CPU to
   overlap them (a 2,000-op chain ran in 26.6 ms with 4 lanes, 26.9 with 8, portable), and a second
   copy only doubles the code that Expand, the renderer and the C compiler go through."""
   if inner is None: return 0
-  width = registers * plan.caps.vector_width if _reads_contiguously(plan, inner) else gather_lanes
+  width = registers * plan.caps.vector_width if _reads_contiguously(plan, inner) or masked else gather_lanes
   # a gated load along the axis is made lane by lane (each lane tests its own gate): no more lanes than a
   # gather (tinygrad's cumsum, a window sum over a padded row: 24 -> 12 ms with 8 lanes instead of 32)
   if _lane_by_lane(plan, inner): width = min(width, CPU_GATHER_LANES)
@@ -142,11 +143,13 @@ def _register_tile(plan: _Planner, inner: int | None) -> None:
   masked = inner is not None and _in_gated_load(plan, inner) and not _lane_by_lane(plan, inner)  # masked vector loads
   # ... which take two registers of lanes where the tile has 32 registers to live in (AVX-512), one with AVX2's 16
   # (3x3 convolution 3x224x224->64 on Zen 5: 8 lanes by 16 channels 1.14 ms, 16 by 8 1.46-1.56)
-  if masked and plan.caps.vector_width < 16: registers = 1
-  if plan.axes(AxisType.REDUCE) and inner is not None and _reads_contiguously(plan, inner) and not _lane_by_lane(plan, inner):
+  # ... and one where every other element is read (a stride-2 convolution's taps: Expand's masked windows of two
+  # vectors; 128x28x28->256 with 16 lanes by 16 channels 0.90 ms, by 8 1.05, 2 columns lane by lane 2.5)
+  if masked and (plan.caps.vector_width < 16 or not _reads_contiguously(plan, inner)): registers = 1
+  if plan.axes(AxisType.REDUCE) and inner is not None and (_reads_contiguously(plan, inner) or masked) and not _lane_by_lane(plan, inner):
     registers = _pad_lanes(plan, inner, registers, masked)  # its blocks become the outermost axis (SWAP below)
   before = plan.size(inner) if inner is not None else None
-  lanes = _output_lanes(plan, inner, CPU_GATHER_LANES, registers)
+  lanes = _output_lanes(plan, inner, CPU_GATHER_LANES, registers, masked)
   if lanes and lanes != before: others = [i + (i > inner) for i in others]  # a split of part of the axis adds one after it
   if lanes and lanes == before and plan.axes(AxisType.REDUCE): lanes, inner, others = _fill_vector(plan, inner, lanes, others)
   if plan.axes(AxisType.REDUCE):
@@ -181,8 +184,16 @@ def _lane_by_lane(plan: _Planner, i: int) -> bool:
   reductions (a convolution's window, up to CPU_SELECT_UNROLL positions) are unrolled instead (_gate_unroll)."""
   if not _in_gated_load(plan, i): return False
   sizes = [plan.size(r) for r in _gate_reduces(plan)]
-  return not (plan.caps.masked_loads and _reads_contiguously(plan, i) and all(isinstance(s, int) for s in sizes)
+  return not (plan.caps.masked_loads and _reads_windows(plan, i) and all(isinstance(s, int) for s in sizes)
               and math.prod(sizes) <= CPU_SELECT_UNROLL)
+
+
+def _reads_windows(plan: _Planner, i: int) -> bool:
+  """Every global LOAD that axis i moves reads consecutive elements along it, or every other one (Expand's
+  windows: two vectors' span holds a vector of lanes)."""
+  r = kernel_axes(plan.sink)[i]
+  return all((form := _strides(u.src[0].src[1])) is not None and form.get(r) in (1, 2) for u in _memory_ops(plan.sink)
+             if u.op is Ops.LOAD and _is_global(root_buffer(u.src[0])) and r in u.src[0].src[1].toposort())
 
 
 def _gate_reduces(plan: _Planner) -> list[int]:

@@ -269,7 +269,7 @@ class _Expander:
     def access(lanes: list[int]) -> UOp:
       if form is None: return self.scalar_loads(u, ptr, axes, lanes)
       runs = self.runs(form[0], form[1], lanes)
-      if (window := self.window_loads(u, ptr, form[0], form[1], lanes, len(runs))) is not None: return window
+      if (window := self.window_loads(u, ptr, form[0], form[1], lanes, len(runs), axes)) is not None: return window
       pieces = [self.vector_load(u, ptr, form[0], form[1][run[0]], axes, run) for run in runs]
       return pieces[0] if len(pieces) == 1 else _stack_pieces(pieces)
     return self.make(axes, access)
@@ -286,20 +286,36 @@ class _Expander:
     extra = ((self.operand(u.src[1], axes, run), gate) if gate is not None else ())
     return UOp(Ops.LOAD, u.dtype.vec(len(run)), (at,) + extra)
 
-  def window_loads(self, u: UOp, ptr: UOp, base: UOp, deltas: list[int], lanes: list[int], runs: int) -> UOp | None:
+  def window_loads(self, u: UOp, ptr: UOp, base: UOp, deltas: list[int], lanes: list[int], runs: int, axes) -> UOp | None:
     """Lanes that read scattered elements of a span of at most two vectors (a strided window: a
     pooling's stride-2 taps, every other element of a row) as one or two vector loads inside that span
     (they read nothing the lanes do not lie between) and a STACK of their lanes, which the CPU
-    renderers make one shuffle, instead of a load per lane. Ungated loads on targets without aligned
-    vector accesses (CPUs) only."""
-    if runs < 3 or len(u.src) != 1 or self.caps.aligned_vectors: return None
+    renderers make one shuffle, instead of a load per lane. Targets without aligned vector accesses (CPUs)
+    only; a gated load where masked loads apply (`_masked`, an alt the same in every lane, no two lanes at one
+    element: a padded stride-2 convolution's taps), each window's gate then a lane's where it reads that
+    element, else false (nothing else is read)."""
+    gated = len(u.src) == 3
+    if runs < 3 or self.caps.aligned_vectors or (gated and not (self._masked(u.src[2]) and not self.v[u.src[1]].axes)): return None
     lo, hi = min(deltas[i] for i in lanes), max(deltas[i] for i in lanes)
     n = min(hi - lo + 1, self.width)
-    if hi - lo + 1 > 2 * self.width: return None
-    starts = [lo] if hi - lo < n else [lo, hi - n + 1]
-    windows = [UOp(Ops.LOAD, u.dtype.vec(n), (UOp(Ops.INDEX, ptr.dtype, (ptr, simplify(base.alu(Ops.ADD, _idx(s))))),)) for s in starts]
+    if gated and len({deltas[i] for i in lanes}) < len(lanes): return None
+    if hi - lo + 1 <= 2 * self.width: starts = [lo] if hi - lo < n else [lo, hi - n + 1]
+    elif not gated: return None
+    else:  # masked windows can leave gaps (two rows of a strided window): one from each lane no window covers yet
+      starts = []
+      for d in sorted(deltas[i] for i in lanes):
+        if not starts or d >= starts[-1] + n: starts.append(d)
+      if len(starts) * 2 > runs: return None
+    def window(s: int) -> UOp:
+      at = UOp(Ops.INDEX, ptr.dtype, (ptr, simplify(base.alu(Ops.ADD, _idx(s)))))
+      if not gated: return UOp(Ops.LOAD, u.dtype.vec(n), (at,))
+      reader = {deltas[i]: i for i in lanes}
+      gates = [self.operand(u.src[2], axes, [reader[d]]) if d in reader else UOp.const(dtypes.bool, False) for d in range(s, s + n)]
+      alt = UOp(Ops.STACK, u.dtype.vec(n), (self.one(u.src[1]),) * n)
+      return UOp(Ops.LOAD, u.dtype.vec(n), (at, alt, UOp(Ops.STACK, dtypes.bool.vec(n), tuple(gates))))
+    windows = [window(s) for s in starts]
     def lane(d: int) -> UOp:
-      k = 0 if d - starts[0] < n else 1
+      k = next(j for j, s in enumerate(starts) if s <= d < s + n)
       return UOp(Ops.GEP, u.dtype, (windows[k],), (d - starts[k],))
     return UOp(Ops.STACK, u.dtype.vec(len(lanes)), tuple(lane(deltas[i]) for i in lanes))
 
