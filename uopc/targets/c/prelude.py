@@ -290,7 +290,8 @@ C_PRELUDE = "\n".join([
   "#endif",
   "/* A whole vector is stored through an unaligned vector type, not memcpy: GCC 12.2 at -O3 with AVX-512",
   "   (-march=x86-64-v4) turns a 32-byte memcpy of a constant vector into a 256-bit integer move and then",
-  "   materializes some such constants wrongly ({2, 2, 0, 0} stored as {2, 2, 2, 2}). */",
+  "   materializes some such constants wrongly ({2, 2, 0, 0} stored as {2, 2, 2, 2}). Stores to a kernel's",
+  "   local arrays (accumulators) keep memcpy, which GCC turns into registers (may_alias would keep them in memory). */",
   "#define uopc_vstore(p, v) do { typedef __typeof__(v) uopc_vs_t_ __attribute__((aligned(1), may_alias)); "
   "*(uopc_vs_t_*)(void*)(p) = (v); } while (0)",
   "#if defined(__GNUC__) && !defined(__clang__)",

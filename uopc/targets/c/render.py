@@ -323,7 +323,8 @@ class _Renderer:
     value = u.src[1]
     ptr, gate = self._memory_access(u, value.dtype)
     if value.dtype.count == 1: stmt = f"*{ptr} = {self.names[value]};"
-    elif _lanes(value.dtype.count) == value.dtype.count: stmt = f"uopc_vstore({ptr}, {self.names[value]});"  # see the prelude
+    elif _lanes(value.dtype.count) == value.dtype.count and u.src[0].dtype.addrspace is AddrSpace.GLOBAL:
+      stmt = f"uopc_vstore({ptr}, {self.names[value]});"  # see the prelude; a local array keeps memcpy (registers)
     else: stmt = f"memcpy({ptr}, &{self.names[value]}, {value.dtype.itemsize});"  # fewer lanes than its C type's
     if gate is None and (flag := self._stream_flag(u)) is not None:
       stmt = f"if ({flag}) uopc_stream_store({ptr}, &{self.names[value]}, {value.dtype.itemsize}); else {stmt}"
