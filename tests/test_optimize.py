@@ -182,6 +182,16 @@ def test_split_types_and_order():
   assert ids == list(range(6))
 
 
+@pytest.mark.parametrize("opts, loops", [("", [8, 16, 12]), ("SWAP(0,1)", [16, 8, 12])])
+def test_swap_exchanges_the_loops_nesting(opts, loops):
+  """SWAP reorders the loops themselves (the END chain rangeify built), not only the axis ids: after
+  SWAP(0,1) a gemm's column loop encloses its row loop."""
+  from uopc.stages.linearize import linearize
+  k = apply_opts(_gemm_kernel(), parse_opts(opts), C, "k")
+  ranges = [u for u in linearize(k).src if u.op is Ops.RANGE]
+  assert [r.src[0].arg for r in ranges] == loops
+
+
 def test_split_whole_axis_drops_the_size_one_part():
   k = apply_opts(_gemm_kernel(), parse_opts("SPLIT(2,12,r)"), C, "k")
   assert format_axes(k) == "g8 g16 r12"

@@ -18,7 +18,9 @@ x86-64 build's SSE, 8 for AVX2, 16 for AVX-512; see `--cpu`), measured on 2 core
   11 -> 4.5 ms portable); the contiguous axis's blocks outermost, so that the block of a gemm's B it
   reads stays in cache while the other axis's blocks stream past (45 vs 21 GFLOP/s for gemm 1024 on
   2 cores with the portable 4x8 tile and the other order), but not in kernels with gated loads (the
-  convolution's 7 blocks of 8 columns would be 7 uneven THREAD tasks: 6.3 vs 4.1 ms). A tile two registers wide reads whole
+  convolution's 7 blocks of 8 columns would be 7 uneven THREAD tasks: 6.3 vs 4.1 ms); a task's own column
+  blocks too enclose its row loop (SWAP exchanges the loops: GPT-2's logits 64x768x50257, whose task
+  streamed its 12.9 MB of B once per 8 rows, 38 -> 18 ms with AVX-512, numpy 24). A tile two registers wide reads whole
   64-byte cache lines of B on AVX-512: gemm 1024 with --cpu native, 190 GFLOP/s with 32x8 against
   146 with 16x8, 127 with 16x16, 110 with 32x4 and 82 with the portable 8x8; AVX2: 133 with 16x8
   against 92 with 8x8 and 99 with 32x4; portable: 73 with 8x8 against 63 with 16x4;

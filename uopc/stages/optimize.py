@@ -186,6 +186,33 @@ def renumber(root: UOp, order: list[UOp], trace: Trace | None = None) -> UOp:
   return replace_ranges(root, {r: (n, (n,)) for r, n in new.items() if n is not r}, trace)
 
 
+def _swap_nesting(sink: UOp, a: UOp, b: UOp) -> UOp:
+  """Exchange a and b in every chain of ENDs that closes both (END(END(body, a), b) -> END(END(body, b), a)):
+  the loops then nest in the swapped axis order, which Linearize follows. A chain whose inner ENDs have
+  users of their own is kept."""
+  nodes = sink.toposort()
+  users: dict[UOp, int] = {}
+  for u in nodes:
+    for s in u.src: users[s] = users.get(s, 0) + 1
+  inner = {u.src[0] for u in nodes if u.op is Ops.END and len(u.src) == 2 and u.src[0].op is Ops.END and len(u.src[0].src) == 2}
+  memo: dict[UOp, UOp] = {}
+  for u in nodes:
+    src = tuple(memo[s] for s in u.src)
+    memo[u] = u if src == u.src else u.replace(src=src)
+    if u.op is not Ops.END or len(u.src) != 2 or u in inner: continue
+    ranges, body, shared = [], u, False
+    while body.op is Ops.END and len(body.src) == 2:
+      ranges.append(body.src[1])
+      shared, body = shared or (body is not u and users.get(body, 0) > 1), body.src[0]
+    if a in ranges and b in ranges and not shared:
+      i, j = ranges.index(a), ranges.index(b)
+      ranges[i], ranges[j] = b, a
+      out = memo[body]
+      for r in reversed(ranges): out = UOp(Ops.END, dtypes.void, (out, r))
+      memo[u] = out
+  return memo[sink]
+
+
 # ---- scopes and parallel axes -----------------------------------------------------------------------------
 
 
@@ -419,7 +446,8 @@ def apply_opt(sink: UOp, opt: Opt, caps: TargetCaps, first: bool = True, nolocal
       raise OptError(f"axes {opt.axis} and {opt.arg} enclose different loops: the swap would repeat a loop inside one it does not depend on")
     order = list(axes)
     order[opt.axis], order[opt.arg] = other, r
-    return renumber(sink, order, trace)
+    new = renumber(sink, order, trace)
+    return _swap_nesting(new, *(a for a in kernel_axes(new) if a.arg[0] in (opt.axis, opt.arg)))
   size = axis_size(r)
   if not isinstance(size, int): raise OptError(f"axis {opt.axis} has a run-time size")
   if opt.op is OptOp.PADTO: return _padto(sink, r, size, opt.arg, trace)
