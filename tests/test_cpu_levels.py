@@ -90,9 +90,9 @@ def _opts(f, vector_bytes: int | None) -> list[str]:
 
 def test_register_tiles_follow_the_vector_width():
   g = gemm(1024, 1024, 1024)
-  assert _opts(g, 16) == ["SPLIT(1,8,u),SPLIT(0,8,u),SPLIT(4,2,r),SWAP(0,2),SPLIT(0,32,t,top)"]   # SSE: 2 x 4 lanes by 8 rows
-  assert _opts(g, 32) == ["SPLIT(1,16,u),SPLIT(0,8,u),SPLIT(4,2,r),SWAP(0,2),SPLIT(0,32,t,top)"]  # AVX2: 2 x 8 lanes
-  assert _opts(g, 64) == ["SPLIT(1,32,u),SPLIT(0,8,u),SPLIT(4,2,r),SWAP(0,2),SPLIT(0,32,t,top)"]  # AVX-512: 2 x 16 lanes
+  assert _opts(g, 16) == ["SPLIT(1,8,u),SPLIT(0,8,u),SPLIT(4,2,r),SWAP(0,2),SPLIT(0,32,t,top),STAGE"]   # SSE: 2 x 4 lanes by 8 rows
+  assert _opts(g, 32) == ["SPLIT(1,16,u),SPLIT(0,8,u),SPLIT(4,2,r),SWAP(0,2),SPLIT(0,32,t,top),STAGE"]  # AVX2: 2 x 8 lanes
+  assert _opts(g, 64) == ["SPLIT(1,32,u),SPLIT(0,8,u),SPLIT(4,2,r),SWAP(0,2),SPLIT(0,32,t,top),STAGE"]  # AVX-512: 2 x 16 lanes
   assert _opts(elementwise(64, 256), 64)[0].startswith("SPLIT(1,32,u)")
   # a row sum's output axis reads its rows with a stride: 8 rows at a time, whatever the width; a long
   # row gets 32 partial sums instead, whatever the width too (tests/test_partials.py)

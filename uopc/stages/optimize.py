@@ -429,6 +429,9 @@ def apply_opt(sink: UOp, opt: Opt, caps: TargetCaps, first: bool = True, nolocal
     if not first: raise OptError("TC must be the first opt")
     from uopc.stages.tc_opt import tensor_core  # it builds on this module's helpers
     return tensor_core(sink, opt, caps, trace)
+  if opt.op is OptOp.STAGE and not caps.gpu:
+    from uopc.stages.cpu_staging import stage_opt as stage_on_cpu  # it builds on this module's helpers
+    return stage_on_cpu(sink, opt.arg, trace)
   if opt.op is OptOp.STAGE:
     from uopc.stages.local_staging import stage_opt  # it builds on this module's helpers
     return stage_opt(sink, opt, caps, trace)

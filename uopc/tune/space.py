@@ -12,7 +12,8 @@ seed 000's table that `apply_opt` accepts on S:
   each tile of TC_TILES; the tiles that make several warps a workgroup also with 3 and 4 stages
   (BIG_TILE_STAGES: more than 48 KiB, dynamic shared memory, where the target's archs give it); STAGE(2)
   and STAGE(3) on -t cuda without TC (the re-read inputs staged in shared memory,
-  uopc.stages.local_staging: the last opt, so a staged kernel has no children).
+  uopc.stages.local_staging: the last opt, so a staged kernel has no children); STAGE on -t c/llvm (a block
+  read again copied to a contiguous array, uopc.stages.cpu_staging).
 Besides children, the search tries the heuristics' opts with one of them replaced (`variants`): by another
 action of the same OptOp on the same axis (another factor or type of a SPLIT, another staging or tile
 of TC, ...), the opts after it applied again, or none of them where one no longer applies (a TC
@@ -30,7 +31,7 @@ from __future__ import annotations
 from uopc.diagnostics import CompileError
 from uopc.ops import AxisType
 from uopc.stages.optimize import (Opt, OptError, OptOp, TargetCaps, apply_opt, axis_size, axis_type, is_axis, kernel_axes)
-from uopc.stages.opts import STAGE_COUNTS, TC_AUTO_STAGES, TC_STAGE_COUNTS, TC_TILES
+from uopc.stages.opts import STAGE_AUTO, STAGE_COUNTS, TC_AUTO_STAGES, TC_STAGE_COUNTS, TC_TILES
 from uopc.uop import UOp
 
 SPACE_VERSION = 8  # 7: TC_TILES grew the warpgroup tiles 9 and 10; 8: PADTO with overlapping tiles
@@ -65,6 +66,7 @@ def actions(sink: UOp, opts: tuple[Opt, ...], caps: TargetCaps) -> list[Opt]:
   out: list[Opt] = []
   if any(o.op is OptOp.STAGE for o in opts): return out  # STAGE is the last opt
   if caps.name == "cuda" and not any(o.op is OptOp.TC for o in opts): out += [Opt(OptOp.STAGE, None, n) for n in STAGE_COUNTS]
+  if not caps.gpu: out.append(Opt(OptOp.STAGE, None, STAGE_AUTO))  # a CPU's copy of a block read again (cpu_staging)
   if not opts and caps.tensor_cores:  # every staging (none, as many as fit, 2 to 4) and tile (by size, or each of TC_TILES)
     groups = [t for t, (_, _, wm, wn) in enumerate(TC_TILES) if wm * wn > 1]
     args = [(-1,), (-1, 0), *((-1, n) for n in TC_STAGE_COUNTS), *((-1, TC_AUTO_STAGES, t) for t in range(len(TC_TILES))),
