@@ -271,8 +271,8 @@ def test_cpu_threads_only_over_an_axis_that_holds_every_reduction():
 def test_print_after_optimize_gemm_and_softmax(tmp_path):
   lines = _print_after_optimize(tmp_path, program([gemm(256, 64, 128), softmax(64, 100)]))
   assert lines == [
-    "# *** IR after optimize: p__gemm_k0 ***", "# axes: t16 u8 g32 u8 R32 r2",
-    "# opts: SPLIT(1,8,u),SPLIT(0,8,u),SPLIT(4,2,r),SWAP(0,2),SPLIT(0,16,t,top)",
+    "# *** IR after optimize: p__gemm_k0 ***", "# axes: t16 u8 g32 u8 R32 r2 L64 u8",  # L64 u8: the copy of b's block (STAGE)
+    "# opts: SPLIT(1,8,u),SPLIT(0,8,u),SPLIT(4,2,r),SWAP(0,2),SPLIT(0,16,t,top),STAGE",
     "# *** IR after optimize: p__softmax_k0 ***", "# axes: t4 u16 g25 u4 R100 R50 r2",  # 16 rows x 4 lanes: 16 SSE registers
     "# opts: SPLIT(1,4,u),SPLIT(0,16,u),SPLIT(5,2,r),SPLIT(0,4,t,top)"]
 

@@ -12,6 +12,8 @@ bits (tests/test_cpu_levels.py runs long reductions too).
 """
 from __future__ import annotations
 
+import re
+
 import ctypes
 
 import numpy as np
@@ -66,9 +68,9 @@ def test_fused_row_reductions_get_partials_and_the_output_its_lanes():
 def test_short_strided_or_tiled_reductions_keep_their_order():
   assert _heuristics(total(512)) == ["SPLIT(0,2,r)"]                          # too short to pay for the combine
   assert _heuristics(total(1000)) == ["SPLIT(0,2,r)"]                         # no multiple of 32
-  assert "G" not in _heuristics(row_reduce(64, 512, "ADD"))[0]
-  assert "G" not in _heuristics(softmax(64, 512))[0]
-  assert "G" not in _heuristics(gemm(256, 1024, 256))[0]                     # its k reads b with a stride: a register tile
+  assert not re.search(r",G[,)]", _heuristics(row_reduce(64, 512, "ADD"))[0])
+  assert not re.search(r",G[,)]", _heuristics(softmax(64, 512))[0])
+  assert not re.search(r",G[,)]", _heuristics(gemm(256, 1024, 256))[0])  # its k reads b with a stride: a register tile
 
 
 # ---- the lowering -----------------------------------------------------------------------------------------
