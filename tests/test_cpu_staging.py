@@ -55,12 +55,16 @@ def test_heuristics_stage_where_eight_row_tiles_read_a_block():
   for f in STAGED: assert all(o.endswith(",STAGE") for o in _opts(f, 64)), f.name
   assert _opts(gemm(64, 768, 3072), 16)[0].endswith(",STAGE")  # every level
   assert not _opts(gemm(32, 768, 768), 64)[0].endswith("STAGE")  # 4 row tiles: the copy costs more than it saves
+  assert _opts(gemm(32, 2048, 2048), 64)[0].endswith(",STAGE")     # ... unless b's rows conflict in the cache (8 KiB apart)
+  assert not _opts(gemm(16, 2048, 2048), 64)[0].endswith("STAGE")  # 2 row tiles
   assert not _opts(gemm(1, 768, 3072), 64)[0].endswith("STAGE")  # one row: nothing read again
   assert not any(o.endswith("STAGE") for o in _opts(conv2d(8, 16, 16, 64, 3, 3, 1), 64))  # gated loads
   assert not _opts(gemm_bt(64, 48, 96), 64)[0].endswith("STAGE")  # a @ b.T: the block of b is contiguous already
   caps = target_caps("c", 64)
   k = next(iter(kernels_of(gemm(64, 768, 3072).text(), caps).values()))
-  assert reuse(apply_opts(k, heuristic_opts(k, caps)[:-1], caps, "k")) == 8
+  assert reuse(apply_opts(k, heuristic_opts(k, caps)[:-1], caps, "k")) == (8, True)  # 3072 floats apart: 16 L2 sets
+  k = next(iter(kernels_of(gemm(32, 768, 768).text(), caps).values()))
+  assert reuse(apply_opts(k, heuristic_opts(k, caps), caps, "k")) == (4, False)  # 768 floats apart: 64 sets hold it
 
 
 def _without_stage(f: Func, vector_bytes: int | None) -> dict[str, tuple]:
@@ -138,3 +142,26 @@ def test_stage_needs_a_reduction():
   k = next(iter(kernels_of(f.text(), caps).values()))
   with pytest.raises(CompileError, match="the kernel has 0 REDUCE axes, not one"):
     apply_opts(k, (Opt(OptOp.STAGE, None, STAGE_AUTO),), caps, "k")
+
+
+@pytest.mark.parametrize("target, cpu", [("c", "native"), ("llvm", "portable")])
+def test_large_tiles_do_not_live_on_the_callers_stack(tmp_path, target, cpu):
+  """A 384 KiB tile (3072 rows of 32 floats) in a thread with a 256 KiB stack, all tasks on that thread: the
+  array is thread-local storage, not a stack array (which would overflow that stack)."""
+  import threading
+  f = gemm(64, 3072, 96)
+  assert _opts(f, 64)[0].endswith(",STAGE")
+  lib = _lib(tmp_path, f.text(), "big", target, cpu)
+  inputs, out = random_inputs(f, 0), {}
+
+  def call():
+    out.update(run_func(lib, f, inputs, "_with_threads", (ctypes.c_int(1),)))
+  old = threading.stack_size(256 << 10)
+  try:
+    t = threading.Thread(target=call)
+    t.start()
+    t.join()
+  finally:
+    threading.stack_size(old)
+  want = inputs["a"].astype(np.float64) @ inputs["b"]
+  np.testing.assert_allclose(out["c"], want, rtol=1e-4, atol=1e-3)

@@ -44,10 +44,12 @@ x86-64 build's SSE, 8 for AVX2, 16 for AVX-512; see `--cpu`), measured on 2 core
   contiguous axis are vector loads: that axis gets whole vectors like a gemm's (padded with overlapping tiles,
   or with masks when shorter than a vector, then filled with a second axis's rows), and the tile's rows avoid
   only the axes that move the gates (`_lane_by_lane`, `_pad_lanes`, `_fill_vector`, `_border_rows`);
-- STAGE (uopc.stages.cpu_staging) where CPU_STAGE_REUSE or more row tiles read a gemm's block of b again: the
-  block's strip is copied to a contiguous array first (2 cores, AVX-512, A/B of the same opts with and without:
+- STAGE (uopc.stages.cpu_staging) where CPU_STAGE_REUSE or more row tiles read a gemm's block of b again, or
+  half as many where the block's rows conflict in the cache (a row stride of a multiple of 4 KiB): the block's
+  strip is copied to a contiguous array first (2 cores, AVX-512, A/B of the same opts with and without:
   64x3072x768 1.36 -> 0.99 ms, 197x768x3072 3.54 -> 2.79, gemm 1024 8.1 -> 5.7; 5-12% with AVX2 and portable;
-  with 4 row tiles 8% slower, with 2 13%: the copy is one more pass over the strip);
+  4 row tiles: 32x2048x2048 2.38 -> 1.77, 32x2048x5632 5.4 -> 3.9, but 32x768x768 0.143 -> 0.152, whose rows
+  do not conflict; 2 row tiles 3-11% slower: the copy is one more pass over the strip);
 - THREAD tasks over the outermost GLOBAL axis when the kernel is big enough to pay for threads and
   every reduction loop is nested in that axis (a task repeats whatever lies outside it: a fused
   reduction beside the output loop of a one-row softmax would run once per task); over the next such
@@ -79,7 +81,7 @@ CPU_PARTIALS_MIN = 1024    # reduce sizes from which those pay for their combine
 CPU_LONG_BODY = 512        # ALU ops per element beyond which the output lanes take one register, not two
 CPU_CHAIN_REGISTERS = 8    # registers of lanes of an elementwise kernel with a transcendental (see _chains)
 CPU_CHAIN_OPS = frozenset({Ops.EXP2, Ops.LOG2, Ops.SIN, Ops.POW})
-CPU_STAGE_REUSE = 8        # row tiles (reads of a staged tile) from which STAGE pays for its copy (see cpu_staging)
+CPU_STAGE_REUSE = 8        # row tiles (reads of a staged tile) from which STAGE pays for its copy; half where rows conflict
 CPU_ALONE_BLOCKS = 6       # blocks of lanes a reduction without a second tile axis keeps at least (see _register_tile)
 
 
@@ -90,7 +92,9 @@ def cpu_heuristics(plan: _Planner) -> None:
   if _partials(plan): _output_lanes(plan, inner, 1)  # lanes that would gather: the partials are the kernel's lanes
   else: _register_tile(plan, inner)
   _thread_tasks(plan, work)
-  if plan.axes(AxisType.REDUCE) and reuse(plan.sink) >= CPU_STAGE_REUSE: plan.apply(Opt(OptOp.STAGE, None, STAGE_AUTO))
+  if plan.axes(AxisType.REDUCE):
+    reads, conflicts = reuse(plan.sink)
+    if reads >= CPU_STAGE_REUSE or (conflicts and reads >= CPU_STAGE_REUSE // 2): plan.apply(Opt(OptOp.STAGE, None, STAGE_AUTO))
 
 
 def _partials(plan: _Planner) -> bool:

@@ -6,8 +6,9 @@ strip of K runs, one row stride apart. The loop of row tiles inside the column b
 again for each tile. Where the row stride is a multiple of 4 KiB (768, 2304 or 3072 floats: GPT-2's
 layers), every run of the strip falls into the same few sets of the L1 and L2 caches, which then hold a
 few dozen of them, and each row tile reads the strip from L3 again. STAGE copies the strip, once per
-column block, into a LOCAL array (a C array on the task's stack) of K rows of the run's length, and the
-row tiles read it from there: contiguous, in every cache set. This is the packing of a BLAS library's
+column block, into a LOCAL array of K rows of the run's length (one per thread: thread-local storage where
+it is large, so that the stack of the thread that calls the library need not hold it), and the row tiles
+read it from there: contiguous, in every cache set. This is the packing of a BLAS library's
 gemm, done per block inside the kernel: b is still read from memory once.
 
 What is staged: each global input that the kernel only reads, through one ungated address, inside its
@@ -36,7 +37,8 @@ from uopc.stages.opts import STAGE_AUTO
 from uopc.symbolic import linear_form, simplify
 from uopc.uop import UOp
 
-STAGE_BYTES = 512 << 10   # a staged tile's LOCAL array at most (it lives on the task's stack)
+STAGE_BYTES = 512 << 10   # a staged tile's LOCAL array at most (half a 1 MiB L2)
+L2_SETS, L2_WAYS, LINE = 1024, 16, 64  # the cache `_conflicts` models
 MAX_OFFSETS = 1 << 18     # offsets enumerated to check a tile's box
 TILE_TYPES = (AxisType.REDUCE, AxisType.UNROLL, AxisType.UPCAST)
 LOOP_TYPES = (AxisType.GLOBAL, AxisType.THREAD, AxisType.LOOP)
@@ -57,14 +59,25 @@ def stage_opt(sink: UOp, arg: object, trace: Trace | None) -> UOp:
   return out
 
 
-def reuse(sink: UOp) -> int:
-  """How many times the loops around the reduction read a staged tile again (0: nothing to stage)."""
+def reuse(sink: UOp) -> tuple[int, bool]:
+  """How many times the loops around the reduction read a staged tile (0: nothing to stage), and whether a
+  tile's rows conflict in the cache (`_conflicts`)."""
   try:
-    _, loop = _tiles(sink)
+    tiles, loop = _tiles(sink)
   except Unstageable:
-    return 0
+    return 0, False
   nest = _loop_nest(sink)
-  return math.prod(s if isinstance(s := axis_size(x), int) else 1 for x in nest[nest.index(loop):])
+  return math.prod(s if isinstance(s := axis_size(x), int) else 1 for x in nest[nest.index(loop):]), any(map(_conflicts, tiles))
+
+
+def _conflicts(t: _Tile) -> bool:
+  """The tile's rows, a stride apart in memory, need more lines of some cache sets than a 1 MiB, 16-way L2 of
+  64-byte lines has (L2_SETS x L2_WAYS; Zen 4 and 5): a stride of a multiple of 4 KiB maps them all to a few sets."""
+  size = t.index.src[0].dtype.base.itemsize
+  if (t.s * size) % LINE: return False
+  lines = -(-t.c * size // LINE)
+  sets = min(L2_SETS, L2_SETS // math.gcd(t.s * size // LINE, L2_SETS) * lines)
+  return t.r * lines > sets * L2_WAYS
 
 
 def _loop_nest(sink: UOp) -> list[UOp]:

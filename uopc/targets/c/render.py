@@ -101,6 +101,7 @@ _VECTOR_FLOAT_OPS = {Ops.ADD: "+", Ops.SUB: "-", Ops.MUL: "*", Ops.DIV: "/"}
 STREAM_MIN_BYTES = 1 << 23  # a STORE writing this much goes past the caches (8 MiB: well beyond L2, a large share of L3)
 STREAM_ALIGN = 16           # bytes: the alignment of a non-temporal store (movntdq)
 LONG_KERNEL_LINES = 4096    # statements beyond which GCC allocates the kernel's registers in linear time
+STACK_ARRAY_BYTES = 1 << 16  # a LOCAL array larger than this is thread-local storage, not on the stack (_buffer)
 # GCC's default (Chaitin-Briggs) register allocator takes time quadratic in a chain of dependent values
 # in one function: 9.4 s of gcc -O3 for a 20,000-op chain, 1.4 s with the priority allocator
 _LONG_KERNEL_ATTRIBUTE = ["#if defined(__GNUC__) && !defined(__clang__)",
@@ -271,7 +272,10 @@ class _Renderer:
     if not isinstance(dt, PtrDType) or dt.addrspace is AddrSpace.GLOBAL or dt.size < 0:
       raise _fail(f"BUFFER of dtype {dt}: only sized LOCAL/REG buffers are local arrays")
     name = self._fresh("temp" if dt.addrspace is AddrSpace.LOCAL else "acc")
-    self._line(f"{ctype(dt.base)} {name}[{dt.size}];")
+    # a large LOCAL array (a block of b that STAGE copies, up to 512 KiB) is one per thread, not on the stack of
+    # whichever thread calls the library: that thread runs tasks too, and its stack may be small
+    storage = "static _Thread_local " if dt.addrspace is AddrSpace.LOCAL and dt.size * dt.base.itemsize > STACK_ARRAY_BYTES else ""
+    self._line(f"{storage}{ctype(dt.base)} {name}[{dt.size}];")
     self.names[u] = name
 
   def _loop(self, u: UOp) -> None:

@@ -29,7 +29,7 @@ from uopc.diagnostics import CompileError, Loc, error
 from uopc.dtype import AddrSpace, DType, PtrDType, dtypes
 from uopc.ops import Ops
 from uopc.targets import param_name
-from uopc.targets.c.render import KernelParam, RenderedKernel
+from uopc.targets.c.render import STACK_ARRAY_BYTES, KernelParam, RenderedKernel
 from uopc.targets.llvm.arith import _Arithmetic
 from uopc.targets.llvm.types import const_literal, is_signed, mangle, mem_type, ptr_type, reg_type
 from uopc.uop import UOp
@@ -206,6 +206,10 @@ class _Kernel(_Arithmetic):
     if self.amdgpu and dt.addrspace is AddrSpace.LOCAL:
       glob = f"@{_llvm_name(f'{self.name}.{name}')}"
       self.globals.append(f"{glob} = internal addrspace(3) global {array} poison, align 16")
+      return glob
+    if dt.addrspace is AddrSpace.LOCAL and dt.size * dt.base.itemsize > STACK_ARRAY_BYTES:  # as the C target: per thread
+      glob = f"@{_llvm_name(f'{self.name}.{name}')}"
+      self.globals.append(f"{glob} = internal thread_local global {array} zeroinitializer, align 64")
       return glob
     alloca = f"%{_llvm_name(f'{name}.buf')}"
     space = ", addrspace(5)" if self.amdgpu else ""
