@@ -37,7 +37,7 @@ from uopc.stages.opts import STAGE_AUTO
 from uopc.symbolic import linear_form, simplify
 from uopc.uop import UOp
 
-STAGE_BYTES = 512 << 10   # a staged tile's LOCAL array at most (half a 1 MiB L2)
+STAGE_BYTES = 1 << 20     # a staged tile's LOCAL array at most (the L2 of Zen 4 and 5)
 L2_SETS, L2_WAYS, LINE = 1024, 16, 64  # the cache `_conflicts` models
 MAX_OFFSETS = 1 << 18     # offsets enumerated to check a tile's box
 TILE_TYPES = (AxisType.REDUCE, AxisType.UNROLL, AxisType.UPCAST)

@@ -272,7 +272,7 @@ class _Renderer:
     if not isinstance(dt, PtrDType) or dt.addrspace is AddrSpace.GLOBAL or dt.size < 0:
       raise _fail(f"BUFFER of dtype {dt}: only sized LOCAL/REG buffers are local arrays")
     name = self._fresh("temp" if dt.addrspace is AddrSpace.LOCAL else "acc")
-    # a large LOCAL array (a block of b that STAGE copies, up to 512 KiB) is one per thread, not on the stack of
+    # a large LOCAL array (a block of b that STAGE copies, up to 1 MiB) is one per thread, not on the stack of
     # whichever thread calls the library: that thread runs tasks too, and its stack may be small
     storage = "static _Thread_local " if dt.addrspace is AddrSpace.LOCAL and dt.size * dt.base.itemsize > STACK_ARRAY_BYTES else ""
     self._line(f"{storage}{ctype(dt.base)} {name}[{dt.size}];")
