@@ -19,7 +19,9 @@ from test_cpu_levels import RUNNABLE, _opts
 from test_optimize import LIB, kernels_of, program, random_inputs, run_func
 from test_tensor_programs import Func, conv2d, gemm
 from uopc.diagnostics import CompileError
+from uopc.dtype import AddrSpace
 from uopc.driver import BuildOptions, build
+from uopc.ops import Ops
 from uopc.run import run_file
 from uopc.stages.cpu_staging import reuse
 from uopc.stages.optimize import Opt, OptOp, apply_opts, heuristic_opts, parse_opts, target_caps
@@ -42,13 +44,21 @@ def batched(h: int, m: int, k: int, n: int) -> Func:
   return f
 
 
+def gated(m: int, k: int, n: int) -> Func:
+  """(a @ g) * (a @ u): a SwiGLU's two products in one kernel, two REDUCE loops, each staging its own block."""
+  f = Func("gated")
+  a, g, u, c = f.param("a", (m, k)), f.param("g", (k, n)), f.param("u", (k, n)), f.param("c", (m, n), out=True)
+  f.store(c, f.op("MUL", f.matmul(a, g, m, k, n), f.matmul(a, u, m, k, n)))
+  return f
+
+
 def named(f: Func, name: str) -> Func:
   f.name = name
   return f
 
 
 # staged by the heuristics with AVX-512 (vector_bytes 64): rows >= 8 tiles of 8; 200 rows padded with overlapping tiles
-STAGED = [gemm(64, 48, 96), named(gemm(200, 40, 64), "gemm200"), batched(3, 64, 16, 64)]
+STAGED = [gemm(64, 48, 96), named(gemm(200, 40, 64), "gemm200"), batched(3, 64, 16, 64), gated(64, 40, 96)]
 
 
 def test_heuristics_stage_where_eight_row_tiles_read_a_block():
@@ -61,6 +71,8 @@ def test_heuristics_stage_where_eight_row_tiles_read_a_block():
   assert not any(o.endswith("STAGE") for o in _opts(conv2d(8, 16, 16, 64, 3, 3, 1), 64))  # gated loads
   assert not _opts(gemm_bt(64, 48, 96), 64)[0].endswith("STAGE")  # a @ b.T: the block of b is contiguous already
   caps = target_caps("c", 64)
+  k = next(iter(kernels_of(gated(64, 40, 96).text(), caps).values()))
+  assert sum(u.op is Ops.BUFFER and u.dtype.addrspace is AddrSpace.LOCAL for u in apply_opts(k, heuristic_opts(k, caps), caps, "k").toposort()) == 2
   k = next(iter(kernels_of(gemm(64, 768, 3072).text(), caps).values()))
   assert reuse(apply_opts(k, heuristic_opts(k, caps)[:-1], caps, "k")) == (8, True)  # 3072 floats apart: 16 L2 sets
   k = next(iter(kernels_of(gemm(32, 768, 768).text(), caps).values()))
@@ -140,7 +152,7 @@ def test_stage_needs_a_reduction():
   x, out = f.param("x", (8, 64)), f.param("out", (8, 64), out=True)
   f.store(out, f.op("ADD", x, x))
   k = next(iter(kernels_of(f.text(), caps).values()))
-  with pytest.raises(CompileError, match="the kernel has 0 REDUCE axes, not one"):
+  with pytest.raises(CompileError, match="the kernel has no REDUCE axis"):
     apply_opts(k, (Opt(OptOp.STAGE, None, STAGE_AUTO),), caps, "k")
 
 

@@ -11,8 +11,8 @@ it is large, so that the stack of the thread that calls the library need not hol
 read it from there: contiguous, in every cache set. This is the packing of a BLAS library's
 gemm, done per block inside the kernel: b is still read from memory once.
 
-What is staged: each global input that the kernel only reads, through one ungated address, inside its
-one REDUCE axis, whose address does not depend on some loop that encloses the reduction (the reuse loop:
+What is staged: each global input that the kernel only reads, through one ungated address, inside a
+REDUCE loop (a SwiGLU's two products have one each), whose address does not depend on some loop that encloses the reduction (the reuse loop:
 the row tiles) but depends only on loops outside it (the block: the column block and its THREAD task).
 The address is a linear form (uopc.symbolic.linear_form) over RANGEs: the block's loops give the tile's
 origin; the reduce range, its UNROLL lanes and the UPCAST lanes give the offsets within the tile, which
@@ -102,7 +102,7 @@ def _tiles(sink: UOp) -> tuple[list[_Tile], UOp]:
   """The inputs to stage and the reuse loop, or Unstageable."""
   axes = [a for a in kernel_axes(sink) if is_axis(a)]
   reduces = [a for a in axes if axis_type(a) is AxisType.REDUCE]
-  if len(reduces) != 1: raise Unstageable(f"the kernel has {len(reduces)} REDUCE axes, not one")
+  if not reduces: raise Unstageable("the kernel has no REDUCE axis")
   if any(axis_type(a) not in LOOP_TYPES + TILE_TYPES for a in axes): raise Unstageable("the kernel has workgroup axes")
   nest = _loop_nest(sink)
   inside = scopes(sink)
@@ -112,7 +112,7 @@ def _tiles(sink: UOp) -> tuple[list[_Tile], UOp]:
   for u in nodes:
     if u.op is Ops.LOAD and u.src[0].op is Ops.INDEX and u.src[0].src[0].op is Ops.PARAM:
       buf = u.src[0].src[0]
-      by_buffer.setdefault(buf, set()).add(u.src[0] if len(u.src) == 1 and reduces[0] in inside[u] else None)
+      by_buffer.setdefault(buf, set()).add(u.src[0] if len(u.src) == 1 and any(r in inside[u] for r in reduces) else None)
   tiles, reuse = [], None
   for buf, indexes in by_buffer.items():
     if buf in written or len(indexes) != 1 or None in indexes: continue
