@@ -17,6 +17,7 @@ import pytest
 
 from test_cpu_levels import RUNNABLE, _opts
 from test_optimize import LIB, kernels_of, program, random_inputs, run_func
+from test_ragged_axes import batched_gemm as batched
 from test_tensor_programs import Func, conv2d, gemm
 from uopc.diagnostics import CompileError
 from uopc.dtype import AddrSpace
@@ -33,14 +34,6 @@ def gemm_bt(m: int, k: int, n: int) -> Func:
   f = Func("gemm_bt")
   a, b, c = f.param("a", (m, k)), f.param("b", (n, k)), f.param("c", (m, n), out=True)
   f.store(c, f.matmul(a, f.permute(b, (1, 0)), m, k, n))
-  return f
-
-
-def batched(h: int, m: int, k: int, n: int) -> Func:
-  f = Func("bgemm")
-  a, b, c = f.param("a", (h, m, k)), f.param("b", (h, k, n)), f.param("c", (h, m, n), out=True)
-  prod = f.op("MUL", f.reshape(a, (h, m, k, 1)), f.reshape(b, (h, 1, k, n)))
-  f.store(c, f.reshape(f.reduce(prod, "ADD", (2,)), (h, m, n)))
   return f
 
 
