@@ -3,17 +3,18 @@
 A CPU gemm's register tile (uopc.stages.cpu_schedule) reads, for each step k of its reduction, a short
 run of a row of b (two vectors of one row) and moves down b's rows: the tile's column block of b is a
 strip of K runs, one row stride apart. The loop of row tiles inside the column block reads that strip
-again for each tile. Where the row stride is a multiple of 4 KiB (768, 2304 or 3072 floats: GPT-2's
-layers), every run of the strip falls into the same few sets of the L1 and L2 caches, which then hold a
-few dozen of them, and each row tile reads the strip from L3 again. STAGE copies the strip, once per
+again for each tile. Where the row stride is a multiple of 4 KiB (2304 or 3072 floats: GPT-2's layers;
+1024, 2048), every run of the strip falls into the same few sets of the L1 and L2 caches, which then hold
+a few dozen of them, and each row tile reads the strip from L3 again (`_conflicts` models this). STAGE copies the strip, once per
 column block, into a LOCAL array of K rows of the run's length (one per thread: thread-local storage where
 it is large, so that the stack of the thread that calls the library need not hold it), and the row tiles
 read it from there: contiguous, in every cache set. This is the packing of a BLAS library's
 gemm, done per block inside the kernel: b is still read from memory once.
 
 What is staged: each global input that the kernel only reads, through one ungated address, inside a
-REDUCE loop (a SwiGLU's two products have one each), whose address does not depend on some loop that encloses the reduction (the reuse loop:
-the row tiles) but depends only on loops outside it (the block: the column block and its THREAD task).
+REDUCE loop (a SwiGLU's two products have one each), whose address does not depend on some loop that
+encloses the reduction (the reuse loop: the row tiles) but depends only on loops outside it (the block:
+the column block and its THREAD task).
 The address is a linear form (uopc.symbolic.linear_form) over RANGEs: the block's loops give the tile's
 origin; the reduce range, its UNROLL lanes and the UPCAST lanes give the offsets within the tile, which
 must fill a dense box of R rows of C elements, S elements apart (S > C: a tile already contiguous is

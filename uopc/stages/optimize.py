@@ -68,6 +68,7 @@ schedules in `uopc.stages.cpu_schedule`, the GPU ones here and in `uopc.stages.g
 from __future__ import annotations
 
 import math
+from collections import Counter
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Callable, Mapping
 
@@ -191,9 +192,7 @@ def _swap_nesting(sink: UOp, a: UOp, b: UOp) -> UOp:
   the loops then nest in the swapped axis order, which Linearize follows. A chain whose inner ENDs have
   users of their own is kept."""
   nodes = sink.toposort()
-  users: dict[UOp, int] = {}
-  for u in nodes:
-    for s in u.src: users[s] = users.get(s, 0) + 1
+  users = Counter(s for u in nodes for s in u.src)
   inner = {u.src[0] for u in nodes if u.op is Ops.END and len(u.src) == 2 and u.src[0].op is Ops.END and len(u.src[0].src) == 2}
   memo: dict[UOp, UOp] = {}
   for u in nodes:
@@ -203,7 +202,7 @@ def _swap_nesting(sink: UOp, a: UOp, b: UOp) -> UOp:
     ranges, body, shared = [], u, False
     while body.op is Ops.END and len(body.src) == 2:
       ranges.append(body.src[1])
-      shared, body = shared or (body is not u and users.get(body, 0) > 1), body.src[0]
+      shared, body = shared or (body is not u and users[body] > 1), body.src[0]
     if a in ranges and b in ranges and not shared:
       i, j = ranges.index(a), ranges.index(b)
       ranges[i], ranges[j] = b, a
