@@ -189,6 +189,20 @@ def test_reduce_read_at_an_inner_output_loop_is_realized():
   assert len(prog.kernels) == 2 and len(prog.intermediates) == 1
 
 
+@pytest.mark.parametrize("group,realized", [(64, True), (4, False)])
+def test_reduce_read_through_a_merging_reshape(group, realized):
+  """Group statistics read back through a reshape that merges their axis with others (group norm: the mean
+  of (c, y, x) // group): the reduce's index depends on every output loop but repeats each element per
+  merged iteration. A long reduction is realized (fused, 2 x 16 x 4 x 4 outputs would each run one); a short
+  one (cumsum's 4-block sums) stays fused."""
+  n, c, hw = 2, 16, group // 4
+  x, out = param(0, "x", (n, c, hw, 2)), param(1, "out", (n, c, hw, 2))
+  grouped = reshape(x, (n, c * hw * 2 // group, group))
+  mean = expand(reduce(grouped, Ops.ADD, (2,)), grouped.shape)
+  prog = check(sink(store(out, reshape(grouped.alu(Ops.SUB, mean), x.shape))))
+  assert len(prog.kernels) == (2 if realized else 1)
+
+
 def test_reduce_read_inside_another_reduction_loop_is_realized():
   # s read twice per element inside the sum over rows: fused it would repeat once per row of that sum
   x, out = param(0, "x", (4, 6)), param(1, "out", (1, 1))

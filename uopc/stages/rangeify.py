@@ -258,9 +258,16 @@ class _Kernel:
 
   def check_fused(self, u: UOp, idx: tuple[UOp, ...], valid: UOp | None) -> None:
     """A fused REDUCE must be read by this kernel only, at an index that depends on the outermost output
-    loops alone: else its reduction would run again for each iteration of a loop it does not depend on."""
+    loops alone: else its reduction would run again for each iteration of a loop it does not depend on.
+    Nor may those loops iterate several times for each of its elements where that repeats a long
+    reduction (`repeats_expensive_work`): an index that merges loops (group norm's statistics, read at
+    (c * 1024 + y * 32 + x) // 8192) would run an 8192-element reduction again per merged iteration."""
     deps = set(_ranges(idx, valid))
     if deps != set(self.outputs[:len(deps)]) or self.program.fused_in.setdefault(u, self) is not self: raise _Unfused(u)
+    sizes = [r.src[0].arg if r.src[0].op is Ops.CONST else None for r in deps]
+    if None in sizes or not all(isinstance(d, int) for d in u.shape + u.src[0].shape): return
+    elements = prod(u.shape)
+    if repeats_expensive_work(prod(u.src[0].shape) // elements, [prod(sizes) // elements]): raise _Unfused(u)
 
   def check_repeats(self, u: UOp, idx: tuple[UOp, ...], valid: UOp | None) -> None:
     """An elementwise value computed inside a reduction loop is computed again for each loop around
