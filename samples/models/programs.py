@@ -79,6 +79,12 @@ def resnet_basic_block(x, w1, m1, v1, g1, b1, w2, m2, v2, g2, b2):
   return (batchnorm_eval(h.conv2d(w2, padding=1), m2, v2, g2, b2) + x).relu()
 
 
+def group_norm(x, g, b, groups=8, eps=1e-5):  # a diffusion U-Net's normalization: statistics over (channel group, y, x)
+  n, c, h, w = x.shape
+  y = x.reshape(n, groups, -1).layernorm(eps=eps).reshape(n, c, h, w)
+  return y * g.reshape(1, -1, 1, 1) + b.reshape(1, -1, 1, 1)
+
+
 def conv3x3(x, w): return x.conv2d(w, padding=1)
 def rms_norm(x, g, eps=1e-6): return x * (x.square().mean(-1, keepdim=True) + eps).rsqrt() * g
 def swiglu(x, w_gate, w_up, w_down): return ((x @ w_gate).silu() * (x @ w_up)) @ w_down
@@ -115,6 +121,7 @@ def programs(scale: str = "real") -> list[Program]:
     Program("resnet_basic_block", resnet_basic_block, res),
     Program("conv3x3", conv3x3, (("x", (1, C, S // 2, S // 2), f), ("w", (C, C, 3, 3), f))),
     Program("max_pool", max_pool, (("x", (1, C, S, S), f),)),
+    Program("group_norm", group_norm, (("x", (2, C, S // 2 + 4, S // 2 + 4), f), ("g", (C,), f), ("b", (C,), f))),
     Program("global_avg_pool", global_avg_pool, (("x", (1, 8 * C, 7, 7), f),)),
     Program("llama_rmsnorm", rms_norm, (("x", (R, F), f), ("g", (F,), f))),
     Program("llama_swiglu", swiglu, (("x", (R, F), f), ("w_gate", (F, F * 11 // 4), f), ("w_up", (F, F * 11 // 4), f),
