@@ -216,6 +216,13 @@ def test_bool_and_or_with_constants():
     assert simplified(before) is expected
 
 
+def test_a_padded_mask_is_its_condition():
+  """WHERE(p, True, False), a padded mask of True (tinygrad's pad with a value), is p; the other way round is not."""
+  p = lt(X, Y)
+  assert simplified(where(p, c(True, B), c(False, B))) is p
+  assert simplified(where(p, c(False, B), c(True, B))).op is Ops.WHERE
+
+
 # ---- ranges decide values ----------------------------------------------------------------------------------
 @pytest.mark.parametrize("before,expected", [
   (lt(Y, c(8)), True), (lt(Y, c(0)), False), (lt(R4, c(4)), True), (lt(c(3), R4), False),

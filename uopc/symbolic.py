@@ -360,6 +360,7 @@ symbolic_rules = Rules([
   (Pat(Ops.WHERE, src=(Pat.var("p"), x, x)), lambda p, x: x),
   (Pat(Ops.WHERE, src=(_bool(True), x, y)), lambda x, y: x),
   (Pat(Ops.WHERE, src=(_bool(False), x, y)), lambda x, y: y),
+  (Pat(Ops.WHERE, src=(Pat.var("p", dtype=(dtypes.bool,)), _bool(True), _bool(False))), lambda p: p),  # a padded mask
   # constants to the right of commutative ops, then gathered: (x+c1)+c2, (x*c1)*c2, (x+c1)+y -> (x+y)+c1
   (Pat(GroupOp.Commutative, src=(c, Pat(where=_not_const, name="x")), name="u"), lambda u, c, x: u.replace(src=(x, c))),
   (Pat(Ops.ADD, src=(Pat(Ops.ADD, src=(xi, Pat.cvar("c1"))), Pat.cvar("c2")), name="outer"), _reassociate),

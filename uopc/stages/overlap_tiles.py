@@ -42,13 +42,16 @@ def overlapped(sink: UOp, r: UOp, size: int, tile: Any, wide: UOp) -> UOp:
 
 
 def simplified_addresses(sink: UOp, trace: Trace | None) -> UOp:
-  """Every INDEX's address simplified: an overlapping PADTO's shift max(0, (w // t) * t + t - n) becomes one of
-  the block's ranges only once the SPLITs have made w = g * t + lanes ((g * t + lanes) // t -> g), and a
-  SPLIT does not simplify the expressions around the range it replaces."""
+  """Every INDEX's address, load or store gate and WHERE condition simplified: an overlapping PADTO's shift
+  max(0, (w // t) * t + t - n) becomes one of the block's ranges only once the SPLITs have made w = g * t +
+  lanes ((g * t + lanes) // t -> g), and a SPLIT does not simplify the expressions around the range it
+  replaces (a padded pooling window's gates would divide every lane's index by t)."""
   memo: dict[UOp, UOp] = {}
   for u in sink.toposort():
     src = tuple(memo[x] for x in u.src)
     if u.op is Ops.INDEX and len(src) > 1: src = (src[0], simplify(src[1])) + src[2:]
+    if u.op in (Ops.LOAD, Ops.STORE) and len(src) == 3: src = src[:2] + (simplify(src[2]),)
+    if u.op is Ops.WHERE and src[0].dtype == dtypes.bool: src = (simplify(src[0]),) + src[1:]
     memo[u] = u if src == u.src else u.replace(src=src)
     note(trace, u, memo[u])
   return memo[sink]
