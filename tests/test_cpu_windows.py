@@ -106,3 +106,80 @@ def test_pinned_windows_on_every_compiler(tmp_path, cc):
     done = subprocess.run([cc, "-std=c99", "-Wall", "-Wextra", "-Werror", "-fsyntax-only", *flags, str(tmp_path / "out" / "pool.c")],
                           capture_output=True, text=True)
     assert done.returncode == 0, done.stderr[:2000]
+
+
+def padded_program(c: int) -> str:
+  """ResNet's first max pooling, as tinygrad's max_pool2d((3, 3), stride=2, padding=1) exports it: the border
+  padded with -inf through a WHERE of a padded mask, 112 x 112 -> 56 x 56."""
+  return f"""func pool {{
+  %out = PARAM([1, {c}, 56, 56]) {{(1, "out")}} : f32
+  %0 = CONST {{True}}
+  %1 = RESHAPE(%0, [1, 1, 1, 1])
+  %2 = EXPAND(%1, [1, {c}, 112, 112])
+  %3 = PAD(%2, [0, 0, 1, 1], [1, {c}, 114, 114])
+  %x = PARAM([1, {c}, 112, 112]) {{(0, "x")}} : f32
+  %4 = PAD(%x, [0, 0, 1, 1], [1, {c}, 114, 114])
+  %5 = CONST {{-inf}}
+  %6 = WHERE(%3, %4, %5)
+  %9 = RESHAPE(%6, [1, 1, 1, {c}, 114, 114])
+  %10 = EXPAND(%9, [4, 4, 1, {c}, 114, 114])
+  %11 = PERMUTE(%10) {{(2, 3, 0, 4, 1, 5)}}
+  %12 = RESHAPE(%11, [1, {c}, 456, 456])
+  %13 = SHRINK(%12, [0, 0, 0, 0], [1, {c}, 345, 345])
+  %14 = RESHAPE(%13, [1, {c}, 3, 115, 3, 115])
+  %15 = SHRINK(%14, [0, 0, 0, 0, 0, 0], [1, {c}, 3, 112, 3, 112])
+  %16 = RESHAPE(%15, [1, {c}, 3, 56, 2, 3, 56, 2])
+  %17 = SHRINK(%16, [0, 0, 0, 0, 0, 0, 0, 0], [1, {c}, 3, 56, 1, 3, 56, 1])
+  %18 = RESHAPE(%17, [1, {c}, 3, 56, 3, 56])
+  %19 = PERMUTE(%18) {{(0, 1, 3, 5, 2, 4)}}
+  %20 = PERMUTE(%19) {{(4, 5, 0, 1, 2, 3)}}
+  %21 = REDUCE(%20) {{(MAX, (0, 1))}}
+  %22 = RESHAPE(%21, [1, {c}, 56, 56])
+  %23 = STORE(%out, %22)
+  SINK(%23)
+}}
+"""
+
+
+def test_padded_pooling_takes_half_a_vector_and_few_channels():
+  """With AVX-512 the 56 output columns (stride-2 taps: masked windows of one register) take 8 lanes in 7
+  blocks, not 16 in 4 overlapping tiles, and the tile's rows are at most 4 channels: each channel reads its
+  own image, so more rows share nothing but index arithmetic (0.47 -> 0.21 ms on 2 Zen 5 cores). A gemm-like
+  kernel, whose rows share the loads of b, keeps its 8 rows (test_cpu_levels)."""
+  from test_cpu_levels import _opts
+
+  class Text:
+    def __init__(self, text): self._text = text
+    def text(self): return self._text
+  (opts,) = _opts(Text(padded_program(64)), 64)
+  assert opts.startswith("SPLIT(2,8,u),SPLIT(0,4,u),"), opts
+  assert "PADTO" not in opts
+
+
+@pytest.mark.parametrize("cpu", ["portable", "x86-64-v3", "x86-64-v4"])
+def test_padded_pooling_matches_numpy(tmp_path, cpu):
+  if cpu == "x86-64-v3" and not (_cpu_has("avx2") and _compiler_takes("cc", cpu)): pytest.skip("needs an AVX2 CPU")
+  if cpu == "x86-64-v4" and not _native_avx512(): pytest.skip("needs an AVX-512 CPU and a compiler for x86-64-v4")
+  c = 8
+  (tmp_path / "pool.uop").write_text(padded_program(c))
+  build(tmp_path / "pool.uop", BuildOptions("c", tmp_path / "out", cpu=cpu))
+  lib = ctypes.CDLL(str(tmp_path / "out" / "libpool.so"))
+  x = np.random.default_rng(7).standard_normal((1, c, 112, 112)).astype(np.float32)
+  x[0, 1, 0, :] = x[0, 2, :, 0] = x[0, 3, 111, :] = -np.inf  # a border row or column of -inf: the padding must not win
+  out = np.full((1, c, 56, 56), 7, np.float32)
+  assert lib.pool_pool(ctypes.c_void_p(x.ctypes.data), ctypes.c_void_p(out.ctypes.data)) == 0
+  padded = np.pad(x, ((0, 0), (0, 0), (1, 1), (1, 1)), constant_values=-np.inf)
+  want = np.max([padded[:, :, i:i + 112:2, j:j + 112:2] for i in range(3) for j in range(3)], axis=0)
+  np.testing.assert_array_equal(out, want)
+
+
+def test_overlapping_tiles_simplify_the_gates_too(tmp_path):
+  """Pinned 16 lanes in overlapping tiles (PADTO's third argument): the padded border's gates, like the
+  addresses, lose the shift's (w // 16) once the SPLIT makes w = g * 16 + lane (no division per lane)."""
+  (tmp_path / "pool.uop").write_text(padded_program(8))
+  printed = io.StringIO()
+  opts = "PADTO(2,64,16),SPLIT(2,16,u),SPLIT(0,8,u),SPLIT(5,3,r),SPLIT(4,3,r)"
+  build(tmp_path / "pool.uop", BuildOptions("c", tmp_path / "out", schedule=parse_schedule([f"pool__pool_k0:{opts}"]),
+                                            print_after=("optimize",), print_out=printed))
+  ir = printed.getvalue()
+  assert "PADTO(2,64,16)" in ir and "IDIV" not in ir and "CONST {True}" not in ir, ir
