@@ -48,6 +48,8 @@ def evaluate(u: UOp, env: dict) -> np.ndarray:
     elif n.op is Ops.MUL: v = s[0] * s[1]
     elif n.op is Ops.IDIV: v = c_div(s[0], s[1])
     elif n.op is Ops.MOD: v = np.fmod(s[0], s[1])
+    elif n.op is Ops.FLOORDIV: v = np.floor_divide(s[0], s[1])
+    elif n.op is Ops.FLOORMOD: v = np.mod(s[0], s[1])
     elif n.op is Ops.MAX: v = np.maximum(s[0], s[1])
     elif n.op is Ops.CMPLT: v = s[0] < s[1]
     elif n.op is Ops.CMPNE: v = s[0] != s[1]
@@ -445,8 +447,16 @@ def index_exprs():
             | st.tuples(sub, st.integers(-3, 6).map(c)).map(lambda t: mul(*t))
             | st.tuples(sub, pos).map(lambda t: idiv(*t)) | st.tuples(sub, pos).map(lambda t: mod(*t))
             | st.tuples(sub, sub).map(lambda t: t[0].alu(Ops.MAX, t[1]))
-            | st.tuples(sub, sub, sub, sub).map(lambda t: where(lt(t[0], t[1]), t[2], t[3])))
+            | st.tuples(sub, sub, sub, sub).map(lambda t: where(lt(t[0], t[1]), t[2], t[3]))
+            | st.tuples(sub, pos).map(lambda t: t[0].alu(Ops.FLOORDIV, t[1])) | st.tuples(sub, pos).map(lambda t: t[0].alu(Ops.FLOORMOD, t[1]))
+            # clamps: a WHERE choosing between the two values it compares (either order, either branch)
+            | st.tuples(sub, sub, st.integers(0, 3)).map(lambda t: _clamp_like(*t)))
   return st.recursive(leaf, extend, max_leaves=12)
+
+
+def _clamp_like(x: UOp, y: UOp, k: int) -> UOp:
+  cond = lt(x, y) if k < 2 else lt(y, x)
+  return where(cond, y, x) if k % 2 == 0 else where(cond, x, y)
 
 
 @settings(max_examples=300, deadline=None)
@@ -454,3 +464,24 @@ def index_exprs():
 def test_random_index_expressions(expr):
   after = simplified(expr)
   assert tree_size(after) <= tree_size(expr)
+
+
+@settings(max_examples=400, deadline=None)
+@given(index_exprs())
+def test_random_index_expressions_stay_in_their_range(expr):
+  """min_max is sound: every node's value, at every leaf assignment, lies in [vmin, vmax] (clamps narrowed
+  through their WHERE, floor divisions by positive constants included)."""
+  env = grid([expr])
+  for n in expr.toposort():
+    lo, hi = n.min_max
+    with np.errstate(all="ignore"):
+      v = evaluate(n, env)
+    if n.dtype is B or lo is None: continue
+    assert lo <= v.min() and v.max() <= hi, (n, lo, hi, v.min(), v.max())
+
+
+def test_a_clamp_narrows_the_range():
+  x = add(var("x", -50, 50), c(0))
+  clamped = where(lt(c(10), where(lt(x, c(0)), c(0), x)), c(10), where(lt(x, c(0)), c(0), x))
+  assert clamped.min_max == (0, 10)
+  assert simplify(clamped.alu(Ops.FLOORDIV, c(4))).op is Ops.IDIV and clamped.alu(Ops.FLOORDIV, c(4)).min_max == (0, 2)

@@ -368,6 +368,9 @@ symbolic_rules = Rules([
   ((xi + Pat.cvar("c1")) + Pat(where=_not_const, name="y"), lambda x, c1, y: x.alu(Ops.ADD, y).alu(Ops.ADD, c1)),
   # division and remainder
   ((xi // y) * y + xi % y, lambda x, y: x),
+  # a floor division of a non-negative value by a positive constant is the truncating one
+  (Pat(Ops.FLOORDIV, src=(xi, ci)), lambda x, c: x.alu(Ops.IDIV, c) if x.vmin >= 0 and c.arg > 0 else None),
+  (Pat(Ops.FLOORMOD, src=(xi, ci)), lambda x, c: x.alu(Ops.MOD, c) if x.vmin >= 0 and c.arg > 0 else None),
   (Pat(Ops.IDIV, src=(xi, ci), name="d"), _div_const),
   (Pat(Ops.MOD, src=(xi, ci), name="m"), _mod_const),
   # selects and gates

@@ -341,13 +341,30 @@ def _min_max(u: UOp) -> tuple:
       prods = [a * b, a * B, A * b, A * B]
       return _clamp(min(prods), max(prods), dt)
     return _int_div_range(op, a, A, b, B, rng)
+  if op in (Ops.FLOORDIV, Ops.FLOORMOD) and len(src) == 2:
+    (a, A), (b, B) = src[0].min_max, src[1].min_max
+    if not all(isinstance(x, int) and not isinstance(x, bool) for x in (a, A, b, B)) or b != B or b <= 0: return rng
+    if op is Ops.FLOORDIV: return (a // b, A // b)
+    return (a, A) if a >= 0 and A < b else (0, b - 1)
   if op is Ops.WHERE and len(src) == 3:
-    (c, C), (b, B), (e, E) = src[0].min_max, src[1].min_max, src[2].min_max
+    (c, C), (b, B), (e, E) = src[0].min_max, _branch_range(src[0], src[1], True), _branch_range(src[0], src[2], False)
     if None in (b, B, e, E): return rng
-    if c is True: return (b, B)
-    if C is False: return (e, E)
+    if c is True or e > E: return (b, B)
+    if C is False or b > B: return (e, E)
     return (min(b, e), max(B, E))
   return rng
+
+
+def _branch_range(cond: UOp, v: UOp, taken: bool) -> tuple:
+  """The range of a WHERE's branch v where its condition is `taken`: narrowed where the condition compares v
+  itself with an integer (a clamp, WHERE(x < 0, 0, x), keeps x >= 0); lo > hi where the branch never runs."""
+  lo, hi = v.min_max
+  if cond.op is not Ops.CMPLT or not v.dtype.scalar.is_int() or not isinstance(lo, int) or v not in cond.src: return (lo, hi)
+  x, y = cond.src
+  (ylo, yhi) = (y if x is v else x).min_max
+  if not isinstance(ylo, int) or not isinstance(yhi, int): return (lo, hi)
+  if x is v: return (lo, min(hi, yhi - 1)) if taken else (max(lo, ylo), hi)  # v < y, or v >= y
+  return (max(lo, ylo + 1), hi) if taken else (lo, min(hi, yhi))              # y < v, or v <= y
 
 
 def _int_div_range(op: Ops, a, A, b, B, rng) -> tuple:
