@@ -69,3 +69,21 @@ def test_every_model_builds_for_every_gpu_target_in_one_module(tmp_path):
   for target, extra in (("cuda", {}), ("amd", {"archs": ("gfx90a",)}), ("metal", {})):
     build(path, BuildOptions(target, tmp_path / target, **extra))
   if CLANGXX: assert metal_syntax_errors((tmp_path / "metal" / "models.metal").read_text()) == ""
+
+
+def test_bilinear_upsampling_computes_its_source_columns(tmp_path):
+  """tinygrad's interpolate(mode="linear") builds its source columns and rows as integer arithmetic on aranges
+  (clamp(..) // 256) read inside one-hot reductions. That index arithmetic is computed where it is used, not
+  realized into an integer buffer for its cost (uopc.stages.fusion_cost): its range is then known, the gates
+  of the gathers it addresses fold (the clamp keeps every column in bounds), and the program is two kernels
+  (the rows' interpolation, then the columns'), none of them storing integers."""
+  import io
+  from uopc.driver import BuildOptions, build
+  p = next(p for p in SMALL if p.name == "upsample_bilinear")
+  path = tmp_path / "up.uop"
+  path.write_text(uopc.export(p.fn, *p.examples(), name="up"))
+  printed = io.StringIO()
+  build(path, BuildOptions("c", tmp_path / "out", cpu="portable", print_after=("rangeify",), print_out=printed))
+  ir = printed.getvalue()
+  assert "# 2 kernel(s)" in ir and not any(t in ir for t in (": i32[", ": bool[", ": i64[")), ir
+  assert "?*(" not in (tmp_path / "out" / "up.c").read_text()  # no gated scalar load

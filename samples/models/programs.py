@@ -85,6 +85,9 @@ def group_norm(x, g, b, groups=8, eps=1e-5):  # a diffusion U-Net's normalizatio
   return y * g.reshape(1, -1, 1, 1) + b.reshape(1, -1, 1, 1)
 
 
+def upsample_bilinear(x): return x.interpolate((x.shape[2] * 2, x.shape[3] * 2), mode="linear")  # a U-Net / FPN decoder's
+
+
 def conv3x3(x, w): return x.conv2d(w, padding=1)
 def rms_norm(x, g, eps=1e-6): return x * (x.square().mean(-1, keepdim=True) + eps).rsqrt() * g
 def swiglu(x, w_gate, w_up, w_down): return ((x @ w_gate).silu() * (x @ w_up)) @ w_down
@@ -93,6 +96,7 @@ def embedding(idx, table): return table[idx]
 def cross_entropy(logits, labels): return logits.sparse_categorical_crossentropy(labels)
 def cumsum(x): return x.cumsum(-1)
 def max_pool(x): return x.max_pool2d((3, 3), stride=2)
+def max_pool_padded(x): return x.max_pool2d((3, 3), stride=2, padding=1)  # ResNet's first pooling
 def global_avg_pool(x): return x.mean((2, 3))
 def softmax(x): return x.softmax(-1)
 def half_matmul(a, b): return a.matmul(b, dtype=dtypes.float)
@@ -122,6 +126,8 @@ def programs(scale: str = "real") -> list[Program]:
     Program("conv3x3", conv3x3, (("x", (1, C, S // 2, S // 2), f), ("w", (C, C, 3, 3), f))),
     Program("max_pool", max_pool, (("x", (1, C, S, S), f),)),
     Program("group_norm", group_norm, (("x", (2, C, S // 2 + 4, S // 2 + 4), f), ("g", (C,), f), ("b", (C,), f))),
+    Program("max_pool_padded", max_pool_padded, (("x", (1, C, 2 * S, 2 * S), f),)),
+    Program("upsample_bilinear", upsample_bilinear, (("x", (1, C // 2, S + 8, S + 8), f),)),
     Program("global_avg_pool", global_avg_pool, (("x", (1, 8 * C, 7, 7), f),)),
     Program("llama_rmsnorm", rms_norm, (("x", (R, F), f), ("g", (F,), f))),
     Program("llama_swiglu", swiglu, (("x", (R, F), f), ("w_gate", (F, F * 11 // 4), f), ("w_up", (F, F * 11 // 4), f),

@@ -77,7 +77,7 @@ from uopc.stages.buffer_versions import data_srcs as _data_srcs, reads_before_wr
 from uopc.stages.callify import bind_arguments
 from uopc.stages.contiguous_copy import contiguous_copy
 from uopc.stages.cpu_graph import cpu_graph
-from uopc.stages.fusion_cost import elementwise_cost, repeats_expensive_work
+from uopc.stages.fusion_cost import elementwise_cost, reads_something, repeats_expensive_work
 from uopc.stages.kernel_program import BufferInfo, Collective, KernelProgram, Launch
 from uopc.stages.reduce_collapse import collapse
 from uopc.symbolic import simplify
@@ -306,7 +306,7 @@ class _Kernel:
     op, src = u.op, u.src
     if op in (Ops.CONST, Ops.DEFINE_VAR): return u
     if op in GroupOp.ALU or op in (Ops.CAST, Ops.BITCAST):
-      self.check_repeats(u, idx, valid)
+      if self.program.reads.get(u, True): self.check_repeats(u, idx, valid)
       if op is Ops.BITCAST and u.dtype.itemsize != src[0].dtype.itemsize:
         raise CompileError([error(None, f"BITCAST between sizes ({src[0].dtype} to {u.dtype}) is not supported in tensor programs")])
       lowered = tuple(self.lower(s, _broadcast_index(idx, s.shape, u.shape), valid) for s in src)
@@ -430,6 +430,7 @@ class _Rangeify:
     self.unfused, self.snapshot, self.cpu = unfused, snapshot, cpu
     self.realize_nested, self.nested = not cpu, nested
     self.costs: dict[UOp, int] = {}  # fusion_cost.elementwise_cost's memo
+    self.reads = reads_something(sink)  # values that are not index arithmetic
     self.version: dict[str, UOp | None] = {}                   # buffer name -> the STORE that wrote its contents
     self.replaced_by: dict[tuple[str, UOp | None], UOp] = {}   # (buffer name, version) -> the STORE that overwrote it
     self.saved: dict[UOp, BufferInfo] = {}                      # STORE -> the copy of the version it overwrote
