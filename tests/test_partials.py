@@ -165,9 +165,11 @@ def _kernel_split(f: Func, split: bool) -> list[str]:
   return [f"{b.name}{list(b.shape)}" for b in program.intermediates] + [f"{len(program.kernels)} kernels"]
 
 
-def test_long_full_reductions_split_into_chunks_on_cpus_only():
+def test_long_full_reductions_split_into_chunks():
   assert _kernel_split(total(SPLIT_MIN), True) == ["tmp2[32, 1]", "2 kernels"]
-  assert _kernel_split(total(SPLIT_MIN), False) == ["1 kernels"]                         # GPU targets
+  # GPU targets by their own rule (uopc.stages.gpu_graph: parts of 4096 elements; tests/test_gpu_graph.py)
+  assert _kernel_split(total(SPLIT_MIN), False) == ["tmp2[32, 1]", "2 kernels"]
+  assert _kernel_split(total(1 << 13), False) == ["1 kernels"]
   assert _kernel_split(total(SPLIT_MIN - SPLIT_CHUNKS), True) == ["1 kernels"]           # too short for threads
   assert _kernel_split(total(SPLIT_MIN + 1), True) == ["1 kernels"]                      # no multiple of 32
   assert _kernel_split(row_reduce(2, SPLIT_MIN, "ADD"), True) == ["1 kernels"]           # rows: THREAD tasks already

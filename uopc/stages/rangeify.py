@@ -19,7 +19,10 @@
    whose index moves with another reduction's loop (cross-entropy's per-row sums inside the mean over
    rows) is realized too: nested, each outer iteration would run its reduction in turn inside one
    workgroup, combining its threads' partials each time; realized, its values are one kernel whose
-   rows run side by side on the grid, and the outer reduction reads them.
+   rows run side by side on the grid, and the outer reduction reads them. So is a REDUCE fused at
+   fewer than all the output loops where that would keep the others off the grid with no workgroup row
+   to share them (`_Kernel.check_beside`), and `uopc.stages.gpu_graph` first splits long reductions
+   to few values (a whole tensor's sum) into partials that fill the GPU.
    On CPU targets (`rangeify(..., cpu=True)`), `uopc.stages.cpu_graph` rewrites the program first:
    long full reductions split in two (chunk partials realized, then their reduction), half-precision
    arithmetic computed in float with each operand's widening a value of its own, which the fusion
@@ -77,6 +80,7 @@ from uopc.stages.buffer_versions import data_srcs as _data_srcs, reads_before_wr
 from uopc.stages.callify import bind_arguments
 from uopc.stages.contiguous_copy import contiguous_copy
 from uopc.stages.cpu_graph import cpu_graph
+from uopc.stages.gpu_graph import gpu_graph
 from uopc.stages.fusion_cost import elementwise_cost, reads_something, repeats_expensive_work
 from uopc.stages.kernel_program import BufferInfo, Collective, KernelProgram, Launch
 from uopc.stages.reduce_collapse import collapse
@@ -243,6 +247,8 @@ class _Kernel:
     self.memo: dict[tuple, UOp] = {}
     self.outputs: tuple[UOp, ...] = ()  # the output loops, outermost first
     self.enclosing: list[tuple[UOp, ...]] = []  # the loops around each reduction being lowered, innermost last
+    self.beside: list[tuple[UOp, set[UOp], list[UOp]]] = []  # fused REDUCEs read at a prefix of the output loops (GPU)
+    self.reduce_outers: list[tuple[UOp, ...]] = []  # the loops around each reduction loop
 
   @staticmethod
   def ptr(buf: BufferInfo) -> UOp: return UOp(Ops.PARAM, buf.dtype.ptr(), (), (buf.slot, buf.name))
@@ -256,18 +262,36 @@ class _Kernel:
     self.outputs = tuple(i for i in idx if i.op is Ops.RANGE)
     return idx
 
-  def check_fused(self, u: UOp, idx: tuple[UOp, ...], valid: UOp | None) -> None:
+  def check_fused(self, u: UOp, idx: tuple[UOp, ...], valid: UOp | None, ranges: list[UOp] | None = None) -> None:
     """A fused REDUCE must be read by this kernel only, at an index that depends on the outermost output
     loops alone: else its reduction would run again for each iteration of a loop it does not depend on.
     Nor may those loops iterate several times for each of its elements where that repeats a long
     reduction (`repeats_expensive_work`): an index that merges loops (group norm's statistics, read at
-    (c * 1024 + y * 32 + x) // 8192) would run an 8192-element reduction again per merged iteration."""
+    (c * 1024 + y * 32 + x) // 8192) would run an 8192-element reduction again per merged iteration.
+    On a GPU see `check_beside`."""
     deps = set(_ranges(idx, valid))
     if deps != set(self.outputs[:len(deps)]) or self.program.fused_in.setdefault(u, self) is not self: raise _Unfused(u)
+    if self.program.realize_nested and ranges is not None and len(deps) < len(self.outputs): self.beside.append((u, deps, ranges))
     sizes = [r.src[0].arg if r.src[0].op is Ops.CONST else None for r in deps]
     if None in sizes or not all(isinstance(d, int) for d in u.shape + u.src[0].shape): return
     elements = prod(u.shape)
     if repeats_expensive_work(prod(u.src[0].shape) // elements, [prod(sizes) // elements]): raise _Unfused(u)
+
+  def check_beside(self) -> None:
+    """On a GPU, a reduction fused at fewer than all the output loops leaves the others beside it, off the
+    grid (Optimize's type_axes): a workgroup row (uopc.stages.gpu_rows) shares them among its threads, or
+    each thread runs a short row alone. Realized instead, so that every output loop goes on the grid: one
+    read at no output loop (a whole tensor's mean: one workgroup would run the kernel); one whose loops are
+    too short for a workgroup row (under NESTED_MIN each) where its reduction or the output loops beside it
+    are long (NESTED_MIN or more: an instance norm's 32 x 32 statistics; a split layernorm's total of 4
+    partials beside its 64 x 256 outputs); and one beside an output loop that holds a reduction of its own
+    (a masked mean's count of 128 per row, beside the sum of each of its 768 columns)."""
+    def size(r: UOp) -> int: return r.src[0].arg if r.src[0].op is Ops.CONST else NESTED_MIN
+    for u, deps, ranges in self.beside:
+      row = max(map(size, ranges)) >= NESTED_MIN  # a workgroup row can take it
+      long = prod(map(size, ranges)) >= NESTED_MIN or prod(size(r) for r in self.outputs if r not in deps) >= NESTED_MIN
+      if not deps or (long and not row) or any(set(outer) - deps for outer in self.reduce_outers if set(outer) & set(self.outputs)):
+        raise _Unfused(u)
 
   def check_repeats(self, u: UOp, idx: tuple[UOp, ...], valid: UOp | None) -> None:
     """An elementwise value computed inside a reduction loop is computed again for each loop around
@@ -379,11 +403,12 @@ class _Kernel:
       if u in self.program.fusing: self.check_fused(u, idx, valid)
       return self.lower(src, tuple(inner), valid)
     outer = _ranges(idx, valid)
+    self.reduce_outers.append(outer)
     self.enclosing.append(outer)
     try: value = self.lower(src, tuple(inner), valid)
     finally: self.enclosing.pop()
     if len(ranges) == 1 and (closed := collapse(red, simplify(value), ranges[0])) is not None: return closed
-    if u in self.program.fusing: self.check_fused(u, idx, valid)  # a loop-free closed form fuses anywhere
+    if u in self.program.fusing: self.check_fused(u, idx, valid, ranges)  # a loop-free closed form fuses anywhere
     self.check_nested(u, ranges, outer)
     acc = UOp(Ops.BUFFER, dt.ptr(AddrSpace.REG, 1), (), (self.n_regs, f"acc{self.n_regs}"))
     self.n_regs += 1
@@ -569,6 +594,7 @@ class _Rangeify:
     v = (k.define if realize else k.lower)(value, _broadcast_index(idx, value.shape, out.shape), None)
     srcs = (UOp(Ops.INDEX, out_ptr.dtype, (out_ptr, _flat(idx, out.shape))), v)
     if gate is not None: srcs += (k.lower(gate, _broadcast_index(idx, gate.shape, out.shape), None),)
+    k.check_beside()
     body = UOp(Ops.STORE, dtypes.void, srcs)
     for r in reversed([i for i in idx if i.op is Ops.RANGE]): body = UOp(Ops.END, dtypes.void, (body, r))
     sink = simplify(UOp(Ops.SINK, dtypes.void, (body,)))
@@ -590,9 +616,10 @@ class _Rangeify:
 
 def rangeify(sink: UOp, cpu: bool = False) -> KernelProgram:
   """Split a callified tensor program into kernels (see the module docstring); `cpu`: for a CPU target
-  (`uopc.stages.cpu_graph`'s rewrites first, the fusion cost's CPU weights), else a GPU target (long
-  reductions nested in another reduction's loop realized)."""
-  if cpu: sink = cpu_graph(sink)
+  (`uopc.stages.cpu_graph`'s rewrites first, the fusion cost's CPU weights), else a GPU target
+  (`uopc.stages.gpu_graph`'s split of long reductions to few values first; long reductions nested in
+  another reduction's loop realized)."""
+  sink = cpu_graph(sink) if cpu else gpu_graph(sink)
   sink = reads_before_writes(sink)
   unfused: frozenset[UOp] = frozenset()
   snapshot: frozenset[UOp] = frozenset()
