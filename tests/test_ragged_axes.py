@@ -269,3 +269,22 @@ def test_cpu_gemms_pad_their_ragged_axes(tmp_path):
   kernel = next(iter(kernels_of(f.text(), target_caps("c")).values()))
   assert ",".join(map(str, heuristic_opts(kernel, target_caps("c")))).startswith("PADTO(1,8,8),SPLIT(1,8,u),PADTO(0,8,8),")
   _check_gemm(run_file(tmp_path / "g.uop", target="c", inputs=x).arrays["c"], x["a"], x["b"])
+
+
+def _scale(n: int, m: int) -> Func:
+  f = Func("scale")
+  x, out = f.param("x", (n, m)), f.param("out", (n, m), out=True)
+  f.store(out, f.op("MUL", x, f.const(0.5)))
+  return f
+
+
+def test_a_ragged_elementwise_axis_is_padded_for_its_workgroups(tmp_path, monkeypatch):
+  """An elementwise kernel over 50257 columns (a softmax's division once its reductions are their own kernels)
+  had no divisor for its workgroup: one thread each. Padded to a multiple of 256: 64 threads of 4 lanes,
+  the padded ones masked; 1000 columns (4 lanes x 250) and 4096 keep their own divisors (no PADTO)."""
+  axes, opts = _heuristic(_scale(2, 50257))
+  assert opts == "PADTO(1,256),SPLIT(1,4,u),SPLIT(1,64,l)", opts
+  assert "PADTO" not in _heuristic(_scale(2, 4096))[1] and "PADTO" not in _heuristic(_scale(2, 997))[1]
+  x = np.random.default_rng(1).standard_normal((2, 1289)).astype(np.float32)  # 1289 -> 1536: 19% more, masked
+  assert _heuristic(_scale(2, 1289))[1].startswith("PADTO(1,256),")
+  np.testing.assert_array_equal(emulated(tmp_path, monkeypatch, _scale(2, 1289), {"x": x}, None)["out"], x * np.float32(0.5))

@@ -242,6 +242,9 @@ def _share_reduction(plan: _Planner, threads: int, tracked: list[int], untiled: 
   best = max(long, key=lambda i: (plan.size(i), i))
   least = GPU_RUN if untiled and _reads_contiguously(plan, best) else GPU_GROUP_MIN
   fits = [g for g in GPU_GROUPS if plan.size(best) % g == 0 and _reduce_iterations(plan) // g >= least]
+  if max(fits, default=1) < GPU_GROUPS[2]:  # an axis of 28 (an image's rows): 7 or 14 threads rather than 4
+    fits = sorted(set(fits) | {g for g in range(GPU_GROUPS[2], 2 * GPU_GROUPS[-1] + 1)
+                               if plan.size(best) % g == 0 and _reduce_iterations(plan) // g >= least})
   if not fits: return 1, tracked
   g = next((g for g in fits if threads * g >= GPU_MIN_THREADS), fits[-1])
   shared = [i for i in long if i == best or (axes[i] not in near.get(axes[best], frozenset()) and plan.size(i) % g == 0)]

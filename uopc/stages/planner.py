@@ -106,7 +106,7 @@ def _gpu_heuristics(plan: _Planner) -> None:
   output axis (LOCAL) and 4-wide vectors per thread (UPCAST)."""
   from uopc.stages.tc_opt import tensor_core_heuristics  # they build on this module's helpers
   from uopc.stages.local_staging import staged_gemm
-  from uopc.stages.ragged_axes import pad_ragged_output
+  from uopc.stages.ragged_axes import pad_ragged_elementwise, pad_ragged_output
   if tensor_core_heuristics(plan) or staged_gemm(plan): return
   pad_ragged_output(plan)
   from uopc.stages.gpu_rows import row_reduction  # these build on this module's helpers
@@ -114,6 +114,7 @@ def _gpu_heuristics(plan: _Planner) -> None:
   if row_reduction(plan) or tiled_reduction(plan): return
   inner = _contiguous_output(plan)
   if inner is None: return
+  pad_ragged_elementwise(plan, inner)
   plan.split_by_first(inner, (4,), AxisType.UPCAST)
   plan.split_by_first(inner, (256, 128, 64, 32, 16, 8, 4, 2), AxisType.LOCAL)
 
