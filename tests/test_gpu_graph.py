@@ -7,13 +7,13 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from test_rangeify import check, expand, param, reduce, reshape, sink, store
+from test_rangeify import check, expand, param, reduce, sink, store
 from uopc.ops import Ops
 from uopc.stages.gpu_graph import SPLIT_OUTPUTS, SPLIT_ROW, _parts
 from uopc.stages.rangeify import rangeify
 
 
-def _loads_of_partials(prog) -> int:
+def _intermediates(prog) -> int:
   return sum(not b.is_arg for b in prog.buffers)
 
 
@@ -22,7 +22,7 @@ def test_a_whole_tensor_reduction_is_split_into_partials(op):
   n = 1 << 16
   x, out = param(0, "x", (n,)), param(1, "out", (1,))
   prog = check(sink(store(out, reduce(x, op, (0,)))))
-  assert len(prog.kernels) == 2 and _loads_of_partials(prog) == 1
+  assert len(prog.kernels) == 2 and _intermediates(prog) == 1
   assert next(b for b in prog.buffers if not b.is_arg).shape == (n // SPLIT_ROW, 1)
   assert len(rangeify(sink(store(out, reduce(x, op, (0,)))), cpu=True).kernels) == 1  # the CPU's own rule: from 2 ** 17
 

@@ -96,7 +96,7 @@ def test_a_long_reduction_nested_in_another_gets_its_own_kernel_on_gpus_only():
   f = nested_loss(32, 1000)
   assert optimized(f) == [("g32 G250 r4", "SPLIT(1,4,r),SPLIT(1,250,G)"), ("R32", "(none)")]
   assert len(optimized(f, "c")) == 1
-  assert len(optimized(nested_loss(32, 100))) == 1  # short rows stay nested (under rangeify.NESTED_MIN)
+  assert len(optimized(nested_loss(32, 100))) == 1  # short rows stay nested (under fusion_checks.NESTED_MIN)
 
 
 @pytest.mark.parametrize("target", ["c", "cuda", "amd", "metal"])

@@ -15,13 +15,13 @@
    by lowering: a REDUCE found not to fuse is marked realized and the program is lowered again. So is
    an expensive elementwise value that lowering finds computed again per iteration of an output loop
    (read through a broadcast inside a reduction: GELU inside an MLP's second matmul; `fusion_cost`).
-   On GPU targets (`rangeify(..., cpu=False)`), a long REDUCE (NESTED_MIN elements or more)
+   On GPU targets (`rangeify(..., cpu=False)`), a long REDUCE (fusion_checks.NESTED_MIN elements or more)
    whose index moves with another reduction's loop (cross-entropy's per-row sums inside the mean over
    rows) is realized too: nested, each outer iteration would run its reduction in turn inside one
    workgroup, combining its threads' partials each time; realized, its values are one kernel whose
    rows run side by side on the grid, and the outer reduction reads them. So is a REDUCE fused at
    fewer than all the output loops where that would keep the others off the grid with no workgroup row
-   to share them (`_Kernel.check_beside`), and `uopc.stages.gpu_graph` first splits long reductions
+   to share them (`uopc.stages.fusion_checks`), and `uopc.stages.gpu_graph` first splits long reductions
    to few values (a whole tensor's sum) into partials that fill the GPU.
    On CPU targets (`rangeify(..., cpu=True)`), `uopc.stages.cpu_graph` rewrites the program first:
    long full reductions split in two (chunk partials realized, then their reduction), half-precision
@@ -80,8 +80,9 @@ from uopc.stages.buffer_versions import data_srcs as _data_srcs, reads_before_wr
 from uopc.stages.callify import bind_arguments
 from uopc.stages.contiguous_copy import contiguous_copy
 from uopc.stages.cpu_graph import cpu_graph
+from uopc.stages.fusion_checks import FusionChecks, _Nested, _ranges, _Unfused
+from uopc.stages.fusion_cost import reads_something
 from uopc.stages.gpu_graph import gpu_graph
-from uopc.stages.fusion_cost import elementwise_cost, reads_something, repeats_expensive_work
 from uopc.stages.kernel_program import BufferInfo, Collective, KernelProgram, Launch
 from uopc.stages.reduce_collapse import collapse
 from uopc.symbolic import simplify
@@ -198,26 +199,6 @@ def _realized(order: list[UOp], unfused: frozenset[UOp], nested: frozenset[UOp] 
   return out, fusing
 
 
-class _Unfused(Exception):
-  """A REDUCE tried fused that does not fuse (see `_Kernel.check_fused`), or an elementwise value whose
-  fusion repeats expensive work (`_Kernel.check_repeats`): lower again with it realized."""
-
-  def __init__(self, reduce: UOp):
-    super().__init__()
-    self.reduce = reduce
-
-
-class _Nested(Exception):
-  """A long REDUCE lowered inside another reduction's loop on a GPU: lower again with it realized."""
-
-  def __init__(self, reduce: UOp):
-    super().__init__()
-    self.reduce = reduce
-
-
-NESTED_MIN = 256  # elements of a nested reduction from which a GPU gets it realized (gpu_rows.GROUP_MIN: a workgroup's)
-
-
 # ---- lowering one kernel ------------------------------------------------------------------------------
 
 _IDENTITY = {Ops.ADD: 0, Ops.MUL: 1}
@@ -232,12 +213,7 @@ def _identity(op: Ops, dt: DType):
   return float(v) if dt.is_float() else bool(v) if dt.is_bool() else v
 
 
-def _ranges(idx: tuple[UOp, ...], valid: UOp | None) -> tuple[UOp, ...]:
-  """The RANGEs an index (and its validity) depends on."""
-  return tuple(r for r in UOp(Ops.SINK, dtypes.void, idx + ((valid,) if valid is not None else ())).toposort() if r.op is Ops.RANGE)
-
-
-class _Kernel:
+class _Kernel(FusionChecks):
   """Builds one kernel: its RANGE axes, accumulators, and the memoized lowering of tensor values at an index."""
 
   def __init__(self, program: "_Rangeify"):
@@ -261,52 +237,6 @@ class _Kernel:
     idx = tuple(_idx(0) if d == 1 else self.new_range(d, AxisType.LOOP) for d in shape)
     self.outputs = tuple(i for i in idx if i.op is Ops.RANGE)
     return idx
-
-  def check_fused(self, u: UOp, idx: tuple[UOp, ...], valid: UOp | None, ranges: list[UOp] | None = None) -> None:
-    """A fused REDUCE must be read by this kernel only, at an index that depends on the outermost output
-    loops alone: else its reduction would run again for each iteration of a loop it does not depend on.
-    Nor may those loops iterate several times for each of its elements where that repeats a long
-    reduction (`repeats_expensive_work`): an index that merges loops (group norm's statistics, read at
-    (c * 1024 + y * 32 + x) // 8192) would run an 8192-element reduction again per merged iteration.
-    On a GPU see `check_beside`."""
-    deps = set(_ranges(idx, valid))
-    if deps != set(self.outputs[:len(deps)]) or self.program.fused_in.setdefault(u, self) is not self: raise _Unfused(u)
-    if self.program.realize_nested and ranges is not None and len(deps) < len(self.outputs): self.beside.append((u, deps, ranges))
-    sizes = [r.src[0].arg if r.src[0].op is Ops.CONST else None for r in deps]
-    if None in sizes or not all(isinstance(d, int) for d in u.shape + u.src[0].shape): return
-    elements = prod(u.shape)
-    if repeats_expensive_work(prod(u.src[0].shape) // elements, [prod(sizes) // elements]): raise _Unfused(u)
-
-  def check_beside(self) -> None:
-    """On a GPU, a reduction fused at fewer than all the output loops leaves the others beside it, off the
-    grid (Optimize's type_axes): a workgroup row (uopc.stages.gpu_rows) shares them among its threads, or
-    each thread runs a short row alone. Realized instead, so that every output loop goes on the grid: one
-    read at no output loop (a whole tensor's mean: one workgroup would run the kernel); one whose loops are
-    too short for a workgroup row (under NESTED_MIN each) where its reduction or the output loops beside it
-    are long (NESTED_MIN or more: an instance norm's 32 x 32 statistics; a split layernorm's total of 4
-    partials beside its 64 x 256 outputs); and one beside an output loop that holds a reduction of its own
-    (a masked mean's count of 128 per row, beside the sum of each of its 768 columns)."""
-    def size(r: UOp) -> int: return r.src[0].arg if r.src[0].op is Ops.CONST else NESTED_MIN
-    for u, deps, ranges in self.beside:
-      row = max(map(size, ranges)) >= NESTED_MIN  # a workgroup row can take it
-      long = prod(map(size, ranges)) >= NESTED_MIN or prod(size(r) for r in self.outputs if r not in deps) >= NESTED_MIN
-      if not deps or (long and not row) or any(set(outer) - deps for outer in self.reduce_outers if set(outer) & set(self.outputs)):
-        raise _Unfused(u)
-
-  def check_repeats(self, u: UOp, idx: tuple[UOp, ...], valid: UOp | None) -> None:
-    """An elementwise value computed inside a reduction loop is computed again for each loop around
-    that reduction its index does not depend on: realize it when that repeats expensive work."""
-    if not self.enclosing: return
-    deps = set(_ranges(idx, valid))
-    repeats = [r.src[0].arg if r.src[0].op is Ops.CONST else r.src[0] for r in self.enclosing[-1] if r not in deps]
-    if repeats and repeats_expensive_work(elementwise_cost(u, self.program.costs, self.program.cpu), repeats): raise _Unfused(u)
-
-  def check_nested(self, u: UOp, ranges: list[UOp], outer: tuple[UOp, ...]) -> None:
-    """On a GPU, a long reduction whose index moves with another reduction's loop is realized (see the
-    module docstring)."""
-    if not self.program.realize_nested or not any(r.arg[1] is AxisType.REDUCE for r in outer): return
-    sizes = [r.src[0].arg for r in ranges]
-    if all(r.src[0].op is Ops.CONST for r in ranges) and prod(sizes) >= NESTED_MIN: raise _Nested(u)
 
   def load(self, buf: BufferInfo, idx: tuple[UOp, ...], valid: UOp | None) -> UOp:
     at = UOp(Ops.INDEX, self.ptr(buf).dtype, (self.ptr(buf), _flat(idx, buf.shape)))

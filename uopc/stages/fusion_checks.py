@@ -1,0 +1,107 @@
+"""Rangeify's fusion checks (uopc.stages.rangeify): while a kernel is lowered, whether a value it computes
+inline should instead be realized into a buffer of its own. Each check raises `_Unfused` (or `_Nested`)
+naming the value; Rangeify then lowers the whole program again with it realized, so the checks only ever
+add realizations, and the program they end with is the first in which none raises.
+
+- check_fused: a REDUCE read again (by several consumers or through a broadcast) fuses into one kernel
+  only at an index of a prefix of its output loops that names each of its elements about once;
+- check_beside (GPU): such a REDUCE read at fewer than all the output loops is realized where the loops
+  beside it would stay off the grid with no workgroup row to share them;
+- check_repeats: an expensive elementwise value (`uopc.stages.fusion_cost`) computed again per iteration
+  of a loop around a reduction is realized; index arithmetic never is;
+- check_nested (GPU): a long REDUCE inside another reduction's loop is realized.
+"""
+from __future__ import annotations
+
+from math import prod
+from typing import TYPE_CHECKING
+
+from uopc.dtype import dtypes
+from uopc.ops import AxisType, Ops
+from uopc.stages.fusion_cost import elementwise_cost, repeats_expensive_work
+from uopc.uop import UOp
+
+if TYPE_CHECKING:
+  from uopc.stages.rangeify import _Rangeify
+
+
+class _Unfused(Exception):
+  """A REDUCE tried fused that does not fuse (see `_Kernel.check_fused`), or an elementwise value whose
+  fusion repeats expensive work (`_Kernel.check_repeats`): lower again with it realized."""
+
+  def __init__(self, reduce: UOp):
+    super().__init__()
+    self.reduce = reduce
+
+
+class _Nested(Exception):
+  """A long REDUCE lowered inside another reduction's loop on a GPU: lower again with it realized."""
+
+  def __init__(self, reduce: UOp):
+    super().__init__()
+    self.reduce = reduce
+
+
+NESTED_MIN = 256  # elements of a nested reduction from which a GPU gets it realized (gpu_rows.GROUP_MIN: a workgroup's)
+
+
+def _ranges(idx: tuple[UOp, ...], valid: UOp | None) -> tuple[UOp, ...]:
+  """The RANGEs an index (and its validity) depends on."""
+  return tuple(r for r in UOp(Ops.SINK, dtypes.void, idx + ((valid,) if valid is not None else ())).toposort() if r.op is Ops.RANGE)
+
+
+
+class FusionChecks:
+  """The checks of the module docstring, mixed into Rangeify's _Kernel (its program, output loops and the
+  loops around the reductions it lowers)."""
+  program: "_Rangeify"
+  outputs: tuple[UOp, ...]
+  enclosing: list[tuple[UOp, ...]]
+  beside: list[tuple[UOp, set[UOp], list[UOp]]]
+  reduce_outers: list[tuple[UOp, ...]]
+
+  def check_fused(self, u: UOp, idx: tuple[UOp, ...], valid: UOp | None, ranges: list[UOp] | None = None) -> None:
+    """A fused REDUCE must be read by this kernel only, at an index that depends on the outermost output
+    loops alone: else its reduction would run again for each iteration of a loop it does not depend on.
+    Nor may those loops iterate several times for each of its elements where that repeats a long
+    reduction (`repeats_expensive_work`): an index that merges loops (group norm's statistics, read at
+    (c * 1024 + y * 32 + x) // 8192) would run an 8192-element reduction again per merged iteration.
+    On a GPU see `check_beside`."""
+    deps = set(_ranges(idx, valid))
+    if deps != set(self.outputs[:len(deps)]) or self.program.fused_in.setdefault(u, self) is not self: raise _Unfused(u)
+    if self.program.realize_nested and ranges is not None and len(deps) < len(self.outputs): self.beside.append((u, deps, ranges))
+    sizes = [r.src[0].arg if r.src[0].op is Ops.CONST else None for r in deps]
+    if None in sizes or not all(isinstance(d, int) for d in u.shape + u.src[0].shape): return
+    elements = prod(u.shape)
+    if repeats_expensive_work(prod(u.src[0].shape) // elements, [prod(sizes) // elements]): raise _Unfused(u)
+
+  def check_beside(self) -> None:
+    """On a GPU, a reduction fused at fewer than all the output loops leaves the others beside it, off the
+    grid (Optimize's type_axes): a workgroup row (uopc.stages.gpu_rows) shares them among its threads, or
+    each thread runs a short row alone. Realized instead, so that every output loop goes on the grid: one
+    read at no output loop (a whole tensor's mean: one workgroup would run the kernel); one whose loops are
+    too short for a workgroup row (under NESTED_MIN each) where its reduction or the output loops beside it
+    are long (NESTED_MIN or more: an instance norm's 32 x 32 statistics; a split layernorm's total of 4
+    partials beside its 64 x 256 outputs); and one beside an output loop that holds a reduction of its own
+    (a masked mean's count of 128 per row, beside the sum of each of its 768 columns)."""
+    def size(r: UOp) -> int: return r.src[0].arg if r.src[0].op is Ops.CONST else NESTED_MIN
+    for u, deps, ranges in self.beside:
+      row = max(map(size, ranges)) >= NESTED_MIN  # a workgroup row can take it
+      long = prod(map(size, ranges)) >= NESTED_MIN or prod(size(r) for r in self.outputs if r not in deps) >= NESTED_MIN
+      if not deps or (long and not row) or any(set(outer) - deps for outer in self.reduce_outers if set(outer) & set(self.outputs)):
+        raise _Unfused(u)
+
+  def check_repeats(self, u: UOp, idx: tuple[UOp, ...], valid: UOp | None) -> None:
+    """An elementwise value computed inside a reduction loop is computed again for each loop around
+    that reduction its index does not depend on: realize it when that repeats expensive work."""
+    if not self.enclosing: return
+    deps = set(_ranges(idx, valid))
+    repeats = [r.src[0].arg if r.src[0].op is Ops.CONST else r.src[0] for r in self.enclosing[-1] if r not in deps]
+    if repeats and repeats_expensive_work(elementwise_cost(u, self.program.costs, self.program.cpu), repeats): raise _Unfused(u)
+
+  def check_nested(self, u: UOp, ranges: list[UOp], outer: tuple[UOp, ...]) -> None:
+    """On a GPU, a long reduction whose index moves with another reduction's loop is realized (see the
+    module docstring)."""
+    if not self.program.realize_nested or not any(r.arg[1] is AxisType.REDUCE for r in outer): return
+    sizes = [r.src[0].arg for r in ranges]
+    if all(r.src[0].op is Ops.CONST for r in ranges) and prod(sizes) >= NESTED_MIN: raise _Nested(u)
