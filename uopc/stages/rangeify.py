@@ -225,6 +225,7 @@ class _Kernel(FusionChecks):
     self.enclosing: list[tuple[UOp, ...]] = []  # the loops around each reduction being lowered, innermost last
     self.beside: list[tuple[UOp, set[UOp], list[UOp]]] = []  # fused REDUCEs read at a prefix of the output loops (GPU)
     self.reduce_outers: list[tuple[UOp, ...]] = []  # the loops around each reduction loop
+    self.deferred: list[list[UOp]] = []  # values to realize if the reductions being lowered keep their loops
 
   @staticmethod
   def ptr(buf: BufferInfo) -> UOp: return UOp(Ops.PARAM, buf.dtype.ptr(), (), (buf.slot, buf.name))
@@ -335,9 +336,14 @@ class _Kernel(FusionChecks):
     outer = _ranges(idx, valid)
     self.reduce_outers.append(outer)
     self.enclosing.append(outer)
+    self.deferred.append([])
     try: value = self.lower(src, tuple(inner), valid)
-    finally: self.enclosing.pop()
+    except (_Unfused, _Nested):  # a realization found while lowering its body: one deferred before it goes first
+      if not self.deferred[-1]: raise
+      raise _Unfused(self.deferred[-1][0]) from None
+    finally: self.enclosing.pop(); repeated = self.deferred.pop()  # noqa: E702
     if len(ranges) == 1 and (closed := collapse(red, simplify(value), ranges[0])) is not None: return closed
+    for v in repeated: self.unfuse(v)
     if u in self.program.fusing: self.check_fused(u, idx, valid, ranges)  # a loop-free closed form fuses anywhere
     self.check_nested(u, ranges, outer)
     acc = UOp(Ops.BUFFER, dt.ptr(AddrSpace.REG, 1), (), (self.n_regs, f"acc{self.n_regs}"))
