@@ -22,28 +22,34 @@ C, S = 3, 56
 DTYPES = {"f32": np.float32, "f64": np.float64, "f16": np.float16}
 
 
-def program(dt: str) -> str:
-  return f"""func pool {{
-  %out = PARAM([1, {C}, 27, 27]) {{(1, "out")}} : {dt}
-  %x = PARAM([1, {C}, {S}, {S}]) {{(0, "x")}} : {dt}
-  %5 = RESHAPE(%x, [1, 1, 1, {C}, {S}, {S}])
-  %6 = EXPAND(%5, [4, 4, 1, {C}, {S}, {S}])
+def _windows(src: str, c: int, n: int, out: int) -> str:
+  """The lines after `src` (1 x c x n x n) of tinygrad's 3 x 3 stride-2 max_pool2d as uopc.export writes it:
+  the image tiled 4 x 4, cut into windows, the max of each; out x out results, stored."""
+  return f"""  %5 = RESHAPE({src}, [1, 1, 1, {c}, {n}, {n}])
+  %6 = EXPAND(%5, [4, 4, 1, {c}, {n}, {n}])
   %7 = PERMUTE(%6) {{(2, 3, 0, 4, 1, 5)}}
-  %8 = RESHAPE(%7, [1, {C}, 224, 224])
-  %9 = SHRINK(%8, [0, 0, 0, 0], [1, {C}, 171, 171])
-  %10 = RESHAPE(%9, [1, {C}, 3, 57, 3, 57])
-  %11 = SHRINK(%10, [0, 0, 0, 0, 0, 0], [1, {C}, 3, 54, 3, 54])
-  %12 = RESHAPE(%11, [1, {C}, 3, 27, 2, 3, 27, 2])
-  %13 = SHRINK(%12, [0, 0, 0, 0, 0, 0, 0, 0], [1, {C}, 3, 27, 1, 3, 27, 1])
-  %14 = RESHAPE(%13, [1, {C}, 3, 27, 3, 27])
+  %8 = RESHAPE(%7, [1, {c}, {4 * n}, {4 * n}])
+  %9 = SHRINK(%8, [0, 0, 0, 0], [1, {c}, {3 * n + 3}, {3 * n + 3}])
+  %10 = RESHAPE(%9, [1, {c}, 3, {n + 1}, 3, {n + 1}])
+  %11 = SHRINK(%10, [0, 0, 0, 0, 0, 0], [1, {c}, 3, {2 * out}, 3, {2 * out}])
+  %12 = RESHAPE(%11, [1, {c}, 3, {out}, 2, 3, {out}, 2])
+  %13 = SHRINK(%12, [0, 0, 0, 0, 0, 0, 0, 0], [1, {c}, 3, {out}, 1, 3, {out}, 1])
+  %14 = RESHAPE(%13, [1, {c}, 3, {out}, 3, {out}])
   %15 = PERMUTE(%14) {{(0, 1, 3, 5, 2, 4)}}
   %16 = PERMUTE(%15) {{(4, 5, 0, 1, 2, 3)}}
   %17 = REDUCE(%16) {{(MAX, (0, 1))}}
-  %18 = RESHAPE(%17, [1, {C}, 27, 27])
+  %18 = RESHAPE(%17, [1, {c}, {out}, {out}])
   %19 = STORE(%out, %18)
   SINK(%19)
 }}
 """
+
+
+def program(dt: str) -> str:
+  return f"""func pool {{
+  %out = PARAM([1, {C}, 27, 27]) {{(1, "out")}} : {dt}
+  %x = PARAM([1, {C}, {S}, {S}]) {{(0, "x")}} : {dt}
+""" + _windows("%x", C, S, 27)
 
 
 def reference(x: np.ndarray) -> np.ndarray:
@@ -119,26 +125,9 @@ def padded_program(c: int) -> str:
   %3 = PAD(%2, [0, 0, 1, 1], [1, {c}, 114, 114])
   %x = PARAM([1, {c}, 112, 112]) {{(0, "x")}} : f32
   %4 = PAD(%x, [0, 0, 1, 1], [1, {c}, 114, 114])
-  %5 = CONST {{-inf}}
-  %6 = WHERE(%3, %4, %5)
-  %9 = RESHAPE(%6, [1, 1, 1, {c}, 114, 114])
-  %10 = EXPAND(%9, [4, 4, 1, {c}, 114, 114])
-  %11 = PERMUTE(%10) {{(2, 3, 0, 4, 1, 5)}}
-  %12 = RESHAPE(%11, [1, {c}, 456, 456])
-  %13 = SHRINK(%12, [0, 0, 0, 0], [1, {c}, 345, 345])
-  %14 = RESHAPE(%13, [1, {c}, 3, 115, 3, 115])
-  %15 = SHRINK(%14, [0, 0, 0, 0, 0, 0], [1, {c}, 3, 112, 3, 112])
-  %16 = RESHAPE(%15, [1, {c}, 3, 56, 2, 3, 56, 2])
-  %17 = SHRINK(%16, [0, 0, 0, 0, 0, 0, 0, 0], [1, {c}, 3, 56, 1, 3, 56, 1])
-  %18 = RESHAPE(%17, [1, {c}, 3, 56, 3, 56])
-  %19 = PERMUTE(%18) {{(0, 1, 3, 5, 2, 4)}}
-  %20 = PERMUTE(%19) {{(4, 5, 0, 1, 2, 3)}}
-  %21 = REDUCE(%20) {{(MAX, (0, 1))}}
-  %22 = RESHAPE(%21, [1, {c}, 56, 56])
-  %23 = STORE(%out, %22)
-  SINK(%23)
-}}
-"""
+  %mask = CONST {{-inf}}
+  %padded = WHERE(%3, %4, %mask)
+""" + _windows("%padded", c, 114, 56)
 
 
 def test_padded_pooling_takes_half_a_vector_and_few_channels():
