@@ -189,3 +189,19 @@ def test_constant_vectors_are_stored_as_they_are(tmp_path, cpu, cc):
   out = np.full(20, np.nan)
   assert lib.t_pattern(out.ctypes.data_as(ctypes.c_void_p)) == 0
   np.testing.assert_array_equal(out, np.tile([0, 0, 3, 3, 3], 4).astype(np.float64))
+
+
+def test_a_pointwise_convolution_tiles_its_output_channels(tmp_path):
+  """A 1x1 convolution 128 -> 256 on 40 x 40: its rows (y) and its output channels (o) each leave an input
+  unmoved, but only the channels share the image's vectors (the rows share a broadcast weight): the tile's
+  rows are output channels (4.5 -> 0.67 ms with AVX-512 on 2 cores; tinygrad 3.2). Results as numpy's."""
+  from uopc.run import run_file
+  f = conv2d(128, 40, 40, 256, 1, 1, 0)
+  (opts,) = _opts(f, 64)
+  assert opts.startswith("SPLIT(2,8,u),SPLIT(0,32,u),"), opts
+  rng = np.random.default_rng(3)
+  x, w, b = rng.standard_normal((128, 40, 40), np.float32), rng.standard_normal((256, 128, 1, 1), np.float32), rng.standard_normal(256, np.float32)
+  (tmp_path / "c.uop").write_text(f.text())
+  got = run_file(tmp_path / "c.uop", target="c", inputs={"x": x, "w": w, "bias": b}).arrays["out"]
+  want = np.einsum("oc,cyx->oyx", w[:, :, 0, 0].astype(np.float64), x.astype(np.float64)) + b[:, None, None]
+  np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-4)

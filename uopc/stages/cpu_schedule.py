@@ -193,6 +193,10 @@ def _register_tile(plan: _Planner, inner: int | None) -> None:
     # ... preferably one that some input does not move (its values then serve the whole tile): a gemm's rows,
     # not the heads of a batched one, where each head reads its own a and b
     ungated = [i for i in ungated if _reused(plan, i)] or ungated
+    # ... best one that an input read in vectors along the lanes does not move (a gemm's rows share the vectors
+    # of b; a 1x1 convolution's output channels share the image's, not its rows, which share only a broadcast
+    # weight: 128 -> 256 channels on 40 x 40, 4.5 -> 0.7 ms with AVX-512)
+    ungated = [i for i in ungated if inner is not None and _shares_vectors(plan, i, inner)] or ungated
     if ungated and not any(plan.size(i) % k == 0 for i in ungated for k in rows[:-1]): _pad_ragged(plan, ungated[-1], rows[0])
     tileable = [i for i in ungated if any(plan.size(i) % k == 0 for k in rows)]
     other = (tileable or ungated or others or [None])[-1]
@@ -290,6 +294,13 @@ def _border_rows(plan: _Planner, i: int, masked: bool) -> bool:
   if not masked: return _in_gated_load(plan, i)
   r = kernel_axes(plan.sink)[i]
   return any(u.op is Ops.LOAD and len(u.src) == 3 and _is_global(root_buffer(u.src[0])) and r in u.src[2].toposort() for u in _memory_ops(plan.sink))
+
+
+def _shares_vectors(plan: _Planner, i: int, inner: int) -> bool:
+  """Some global input moves with the lane axis `inner` (its values are vectors) but not with axis i."""
+  axes = kernel_axes(plan.sink)
+  return any(u.op is Ops.LOAD and _is_global(root_buffer(u.src[0])) and axes[inner] in (t := u.src[0].toposort()) and axes[i] not in t
+             for u in _memory_ops(plan.sink))
 
 
 def _reused(plan: _Planner, i: int) -> bool:
