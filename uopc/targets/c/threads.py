@@ -60,6 +60,19 @@ static void uopc_run_queue(uopc_task_queue* q) {
 }
 static void* uopc_run_tasks(void* p) { uopc_run_queue((uopc_task_queue*)p); return NULL; }
 
+/* The online cores, asked once per process: sysconf reads /sys on every call (glibc), 30 us of a
+   0.1 ms launch (a 4.8 MB copy on 2 cores: 0.093 -> 0.061 ms). */
+static long uopc_online_cores(void) {
+  static long cores;
+  long n = __atomic_load_n(&cores, __ATOMIC_RELAXED);
+  if (n == 0) {
+    n = sysconf(_SC_NPROCESSORS_ONLN);
+    if (n < 1) n = -1;
+    __atomic_store_n(&cores, n, __ATOMIC_RELAXED);
+  }
+  return n;
+}
+
 /* num_threads when > 0, else $UOPC_NUM_THREADS when it is a positive number, else the online cores */
 static int64_t uopc_worker_count(int num_threads) {
   if (num_threads > 0) return num_threads;
@@ -69,7 +82,7 @@ static int64_t uopc_worker_count(int num_threads) {
     long n = strtol(env, &end, 10);
     if (end != env && *end == '\0' && n > 0) return n;
   }
-  long cores = sysconf(_SC_NPROCESSORS_ONLN);
+  long cores = uopc_online_cores();
   return cores > 0 ? cores : 1;
 }
 
@@ -165,7 +178,7 @@ static void uopc_pool_grow(uopc_pool* p, int64_t n) {
     p->s.first[p->s.nthreads] = __atomic_load_n(&p->s.launch, __ATOMIC_RELAXED);
     if (pthread_create(&p->s.threads[p->s.nthreads], NULL, uopc_pool_worker, (void*)(intptr_t)p->s.nthreads) != 0) break;
   }
-  long cores = sysconf(_SC_NPROCESSORS_ONLN);
+  long cores = uopc_online_cores();
   __atomic_store_n(&p->s.spin, cores < 1 || p->s.nthreads < cores, __ATOMIC_RELAXED);
 }
 
