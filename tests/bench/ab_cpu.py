@@ -33,10 +33,11 @@ from uopc.run import call_entry, entry_arguments, pick_entry, prepare_arrays  # 
 
 
 def build(path: Path, out: Path, tree: Path, target: str, cpu: str | None, opts: list[str]) -> ctypes.CDLL:
-  cmd = [sys.executable, "-m", "uopc", "build", str(path), "-t", target, "-o", str(out), "--emit", "so,header"]
+  cmd = [sys.executable, "-m", "uopc", "build", str(path.resolve()), "-t", target, "-o", str(out.resolve()), "--emit", "so,header"]
   if cpu: cmd += ["--cpu", cpu]
   for o in opts: cmd += ["--opts", o]
-  subprocess.run(cmd, check=True, env={**os.environ, "PYTHONPATH": str(tree)})
+  # from the tree itself: `python -m` puts the working directory first on sys.path, before PYTHONPATH
+  subprocess.run(cmd, check=True, cwd=tree, env={**os.environ, "PYTHONPATH": str(tree.resolve())})
   return ctypes.CDLL(str(out / f"lib{path.stem}.so"))
 
 

@@ -81,7 +81,7 @@ class TinygradModel:
   def __init__(self, p, arrays: list[np.ndarray]):
     tg = Tinygrad()  # checks clang, sets CC for its CPU device
     tensors = [tg.Tensor(a, device="CPU").realize() for a in arrays]
-    jitted = tg.TinyJit(lambda *ts: p.fn(*ts).realize())
+    jitted = tg.TinyJit(lambda *ts: p.fn(*ts).contiguous().realize())  # a view (a flip, a permute) realizes as no kernel: tinygrad too must write the output
     device, last = tg.Device["CPU"], []
     def call() -> None:
       last[:] = [jitted(*tensors)]

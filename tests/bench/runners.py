@@ -132,7 +132,7 @@ class Tinygrad:
 
   def prepare(self, w: Workload, inputs: list[np.ndarray]) -> Prepared:
     tensors = [self.Tensor(np.ascontiguousarray(x), device=TINYGRAD_DEVICE).realize() for x in inputs]
-    jitted = self.TinyJit(lambda *ts: w.tinygrad(*ts).realize())
+    jitted = self.TinyJit(lambda *ts: w.tinygrad(*ts).contiguous().realize())  # a view realizes as no kernel: tinygrad too must write the output
     device = self.Device[TINYGRAD_DEVICE]
     last: list = []
 
