@@ -117,7 +117,7 @@ def _output_lanes(plan: _Planner, inner: int | None, gather_lanes: int, register
   overlap them (a 2,000-op chain ran in 26.6 ms with 4 lanes, 26.9 with 8, portable), and a second
   copy only doubles the code that Expand, the renderer and the C compiler go through."""
   if inner is None: return 0
-  width = (registers * plan.caps.vector_width) >> half if _reads_contiguously(plan, inner) or masked else gather_lanes
+  width = (registers * plan.caps.vector_width) >> half if _reads_contiguously(plan, inner, flipped=True) or masked else gather_lanes
   # a gated load along the axis is made lane by lane (each lane tests its own gate): no more lanes than a
   # gather (tinygrad's cumsum, a window sum over a padded row: 24 -> 12 ms with 8 lanes instead of 32)
   if _lane_by_lane(plan, inner): width = min(width, CPU_GATHER_LANES)

@@ -69,12 +69,13 @@ def _contiguous_output(plan: _Planner) -> int | None:
   return next((i for i in plan.axes(AxisType.GLOBAL) if strides.get(axes[i]) == 1), None)
 
 
-def _reads_contiguously(plan: _Planner, i: int) -> bool:
-  """Every global LOAD that axis i moves reads consecutive elements along it (its coefficient is 1)."""
+def _reads_contiguously(plan: _Planner, i: int, flipped: bool = False) -> bool:
+  """Every global LOAD that axis i moves reads consecutive elements along it (its coefficient is 1; or -1 with
+  `flipped`: a block of lanes read backwards is one vector load and a shuffle)."""
   r = kernel_axes(plan.sink)[i]
   for u in _memory_ops(plan.sink):
     if u.op is not Ops.LOAD or not _is_global(root_buffer(u.src[0])) or r not in u.src[0].src[1].toposort(): continue
-    if (form := _strides(u.src[0].src[1])) is None or form.get(r) != 1: return False
+    if (form := _strides(u.src[0].src[1])) is None or form.get(r) not in ((1, -1) if flipped else (1,)): return False
   return True
 
 
