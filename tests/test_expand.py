@@ -3,17 +3,25 @@ loads and stores where the lanes are contiguous (and aligned on GPUs), per-lane 
 reductions folded in loop order, GPU launch axes as SPECIALs. Results against numpy."""
 from __future__ import annotations
 
+import ctypes
+import io
+
 import numpy as np
 import pytest
+
+from test_cpu_levels import _cpu_has
 
 from test_optimize import GPU, C, LIB, build_lib, kernels_of, padded, program, random_inputs, reduction, run_func
 from test_tensor_programs import Func, gemm
 from uopc.diagnostics import CompileError
+from uopc.driver import BuildOptions, build
 from uopc.dtype import AddrSpace
 from uopc.launcher import kernel_name
 from uopc.ops import AxisType, Ops
 from uopc.stages.expand import expand
-from uopc.stages.optimize import KernelSchedule, apply_opts, parse_opts, parse_schedule
+from uopc.stages.optimize import KernelSchedule, apply_opts, heuristic_opts, parse_opts, parse_schedule, target_caps
+
+AVX2 = target_caps("c", 32)  # --cpu x86-64-v3: 8 x f32 registers
 
 
 def expanded(f, opts: str, caps=C, kernel: int = 0):
@@ -116,3 +124,52 @@ def test_an_integer_accumulator_buried_by_reassociation_still_unrolls(tmp_path):
   x = np.array([1, -2, 3, 4, -5], np.int32)
   for target in ("c", "llvm"):
     assert float(run_file(tmp_path / "s.uop", target=target, inputs={"x": x}).arrays["out"]) == float((3 * x + 1).sum())
+
+
+def pixel_shuffle(c: int, h: int, w: int, r: int = 2) -> Func:
+  """tinygrad's pixel shuffle: out[c, y*r + i, x*r + j] = x[c*r*r + i*r + j, y, x]."""
+  f = Func("ps")
+  x, out = f.param("x", (c * r * r, h, w)), f.param("out", (c, h * r, w * r), out=True)
+  f.store(out, f.reshape(f.permute(f.reshape(x, (c, r, r, h, w)), (0, 3, 1, 4, 2)), (c, h * r, w * r)))
+  return f
+
+
+def test_lanes_that_alternate_between_two_rows_load_each_row_as_a_vector(tmp_path):
+  """A pixel shuffle's 8 output lanes along a row take x[2c + j, y, 4g .. 4g + 3] for j = 0, 1 in turn: the
+  offset of lane l is (8g + l) // 2 + plane * (l % 2), not linear in l, but known per lane once simplified
+  (4g + l // 2 + plane * (l % 2)). Sorted by address the lanes are two runs of 4: two vector loads and a
+  shuffle instead of 8 scalar loads."""
+  f = pixel_shuffle(3, 4, 8)
+  assert sorted(u.dtype.count for u in loads(expanded(f, "SPLIT(2,8,u)", AVX2), "x")) == [4, 4]
+  assert {u.dtype.count for u in loads(expanded(f, "SPLIT(2,8,u)"), "x")} == {1}  # 4-wide registers: runs of 2, scalar
+  x = random_inputs(f, 0)
+  want = x["x"].reshape(3, 2, 2, 4, 8).transpose(0, 3, 1, 4, 2).reshape(3, 8, 16)
+  (tmp_path / "ps.uop").write_text(f.text())
+  for cpu, schedule in (("x86-64-v3", "SPLIT(2,8,u)"), ("portable", "SPLIT(2,8,u)"), ("x86-64-v3", None)):
+    out = tmp_path / f"{cpu}-{schedule}"
+    pins = parse_schedule([f"{LIB}__ps_k0:{schedule}"]) if schedule else None
+    build(tmp_path / "ps.uop", BuildOptions("c", out, name=LIB, schedule=pins, cpu=cpu, print_out=io.StringIO()))
+    if cpu == "x86-64-v3" and not _cpu_has("avx2"): continue
+    np.testing.assert_array_equal(run_func(ctypes.CDLL(str(out / f"lib{LIB}.so")), f, x)["out"], want)
+
+
+def test_a_broadcast_pair_of_lanes_stays_scalar_loads():
+  """A gemm's two unrolled steps of a row of a are lanes at consecutive addresses out of lane order (the
+  unroll varies slowest): runs of 2, shorter than PERMUTED_RUN, stay scalar loads, each broadcast."""
+  out = expanded(gemm(16, 6, 16), "SPLIT(1,8,u),SPLIT(0,4,u),SPLIT(4,2,r)")
+  assert {u.dtype.count for u in loads(out, "a")} == {1}
+
+
+def test_a_flipped_row_takes_the_lanes_of_a_contiguous_one(tmp_path):
+  """x.flip(-1): each block of lanes reads a block of the row backwards, one vector load and a reversing
+  shuffle, so the heuristics give it the two registers of lanes a contiguous read gets (not a gather's 8)."""
+  f = Func("flip")
+  x, out = f.param("x", (4, 64)), f.param("out", (4, 64), out=True)
+  f.store(out, f.let(f"FLIP({x}) {{(False, True)}}"))
+  k = kernels_of(f.text(), AVX2)[kernel_name(LIB, "flip", 0)]
+  assert str(heuristic_opts(k, AVX2)[0]) == "SPLIT(1,16,u)"
+  out_ = expanded(f, "SPLIT(1,16,u)", AVX2)
+  assert sorted(u.dtype.count for u in loads(out_, "x")) == [8, 8]
+  lib = build_lib(tmp_path, f.text(), None, "flip")
+  xs = random_inputs(f, 0)
+  np.testing.assert_array_equal(run_func(lib, f, xs)["out"], xs["x"][:, ::-1])

@@ -43,10 +43,12 @@ from uopc.ops import AxisType, GroupOp, Ops
 from uopc.stages.optimize import (KernelSchedule, TargetCaps, Trace, axis_size, axis_type, is_axis, kernel_axes, note,
                                   replace_ranges, root_buffer, scopes, workgroup_dims)
 from uopc.stages.group_reduce import group_lanes, group_reduce
+from uopc.rewrite import substitute
 from uopc.symbolic import simplify
 from uopc.uop import UOp
 
 EXPANDED = (AxisType.UPCAST, AxisType.UNROLL)
+PERMUTED_RUN = 4  # consecutive lanes a run read out of lane order holds at least to be one vector load (see permuted_loads)
 
 
 def _fail(message: str) -> CompileError: return CompileError([error(None, f"expand: {message}")])
@@ -225,11 +227,16 @@ class _Expander:
 
   # ---- 3. memory ----
   def offsets(self, off: UOp, axes: tuple[UOp, ...]) -> tuple[UOp, list[int]] | None:
-    """(base, per-lane offsets) when off = base + sum(c_a * axis_a) with constant c_a, else None."""
+    """(base, per-lane offsets) when off = base + sum(c_t * t) with constant c_t, each term t an expanded axis
+    or a function of expanded axes alone (a lane's `u // 2`, `u % 2` of a merged axis: known per lane); else None.
+    An offset that has no such form as it stands may after simplifying: (g*8 + u) // 2 is g*4 + u // 2."""
     form = _lane_form(off)
+    if form is None and (simple := simplify(off)) is not off: form = _lane_form(simple)
     if form is None: return None
     base, coeffs = form
-    deltas = [sum(coeffs.get(r, 0) * c for r, c in zip(axes, point)) for point in _coords(axes)]
+    points = _coords(axes)
+    values = {t: _lane_values(t, axes, points) for t in coeffs}
+    deltas = [sum(c * values[t][i] for t, c in coeffs.items()) for i in range(len(points))]
     return self.rebuild(base), deltas
 
   def rebuild(self, e: UOp) -> UOp:
@@ -270,6 +277,9 @@ class _Expander:
       if form is None: return self.scalar_loads(u, ptr, axes, lanes)
       runs = self.runs(form[0], form[1], lanes)
       if (window := self.window_loads(u, ptr, form[0], form[1], lanes, len(runs), axes)) is not None: return window
+      if len(runs) > 1 and len(by_address := self.runs(form[0], form[1], sorted(lanes, key=lambda i: form[1][i]))) < len(runs) \
+         and min(map(len, by_address)) >= PERMUTED_RUN:
+        return self.permuted_loads(u, ptr, form, axes, lanes, by_address)
       pieces = [self.vector_load(u, ptr, form[0], form[1][run[0]], axes, run) for run in runs]
       return pieces[0] if len(pieces) == 1 else _stack_pieces(pieces)
     return self.make(axes, access)
@@ -285,6 +295,19 @@ class _Expander:
     gate = (self.operand(u.src[2], axes, run) if self.v[u.src[2]].axes else self.one(u.src[2])) if len(u.src) == 3 else None
     extra = ((self.operand(u.src[1], axes, run), gate) if gate is not None else ())
     return UOp(Ops.LOAD, u.dtype.vec(len(run)), (at,) + extra)
+
+  def permuted_loads(self, u: UOp, ptr: UOp, form: tuple[UOp, list[int]], axes, lanes: list[int], runs: list[list[int]]) -> UOp:
+    """Lanes whose addresses are runs of consecutive elements in another order than the lanes' (a pixel
+    shuffle's output lanes alternate between two input planes: lanes 0, 2, 4, .. read one row, 1, 3, 5, .. the
+    next plane's): one vector access per run in address order, the lanes picked from them (a shuffle). Runs of
+    PERMUTED_RUN lanes or more only: shorter ones are lanes read one by one to be broadcast (a gemm's two
+    unrolled steps of a row of a), which a scalar load broadcasts in one instruction and a lane of a vector in two."""
+    pieces = [self.vector_load(u, ptr, form[0], form[1][run[0]], axes, run) for run in runs]
+    where = {i: (p, k) for p, run in zip(pieces, runs) for k, i in enumerate(run)}
+    def lane(i: int) -> UOp:
+      p, k = where[i]
+      return p if p.dtype.count == 1 else UOp(Ops.GEP, u.dtype, (p,), (k,))
+    return UOp(Ops.STACK, u.dtype.vec(len(lanes)), tuple(lane(i) for i in lanes))
 
   def window_loads(self, u: UOp, ptr: UOp, base: UOp, deltas: list[int], lanes: list[int], runs: int, axes) -> UOp | None:
     """Lanes that read scattered elements of a span of at most two vectors (a strided window: a
@@ -417,7 +440,20 @@ def _lane_form(e: UOp) -> tuple[UOp, dict[UOp, int]] | None:
     inner = _lane_form(e.src[0])
     if inner is None: return None
     return inner[0].alu(Ops.MUL, e.src[1]), {r: c * e.src[1].arg for r, c in inner[1].items()}
+  if e.op in (Ops.IDIV, Ops.MOD) and all(x.op is Ops.CONST or _expanded(x) or x.op in (Ops.ADD, Ops.MUL, Ops.IDIV, Ops.MOD) for x in e.toposort()):
+    return _idx(0), {e: 1}  # a lane term: a function of the lanes alone, evaluated per lane (_lane_values)
   return None
+
+
+def _lane_values(t: UOp, axes: tuple[UOp, ...], points: list[tuple[int, ...]]) -> list[int]:
+  """Term t of a lane form at each lane's point: the axis's coordinate, or a lane term evaluated there."""
+  if t in axes: return [p[axes.index(t)] for p in points]
+  out = []
+  for p in points:
+    v = simplify(substitute(t, {r: _idx(c) for r, c in zip(axes, p)}))
+    if v.op is not Ops.CONST: raise _fail(f"a lane's offset did not fold to a constant: {v.op.name}")
+    out.append(v.arg)
+  return out
 
 
 def _multiple_of(e: UOp, n: int) -> bool:
