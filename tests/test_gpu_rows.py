@@ -175,3 +175,74 @@ def test_a_window_sum_over_a_padded_row_takes_a_thread_per_output():
 def test_cumsum_matches_numpy(tmp_path, target):
   x = np.random.default_rng(12).standard_normal((4, 600)).astype(np.float32)
   np.testing.assert_allclose(emulated(_cumsum(4, 600), tmp_path, {"x": x}, target), np.cumsum(x.astype(np.float64), 1), rtol=1e-4, atol=1e-4)
+
+
+def test_short_rows_of_a_fused_softmax_get_a_warp_each():
+  """A softmax over rows of 128 (attention's, 128 tokens): too short for GROUP_MIN, and its output loop beside
+  the reductions keeps the register tiles off; a warp per row (4 elements a thread), not one thread per row
+  alone in a workgroup of one."""
+  assert optimized(softmax(128, 128)) == [("g128 l32 u4 G32 r4 G32 r4",
+                                           "SPLIT(3,4,r),SPLIT(3,32,G),SPLIT(2,4,r),SPLIT(2,32,G),SPLIT(1,4,u),SPLIT(1,32,l)")]
+  assert optimized(softmax(16, 64))[0][0] == "g16 L2 l32 R2 G32 R2 G32"  # 64: 2 elements a thread
+  assert optimized(softmax(16, 32))[0][1] == "(none)"  # a warp would leave each thread one element
+
+
+def causal_softmax(n: int) -> str:
+  """tinygrad's x.masked_fill(~causal, -inf).softmax(-1) as uopc.export writes it: the mask compares two
+  aranges, each a count of ones in a window cut from a padded, tiled row (a REDUCE that Rangeify collapses)."""
+  return f"""func masked {{
+  %out = PARAM([{n}, {n}]) {{(1, "out")}} : f32
+  %0 = CONST {{1}}
+  %1 = RESHAPE(%0, [1])
+  %4 = EXPAND(%1, [{n}])
+  %5 = PAD(%4, [{n - 1}], [{2 * n - 1}])
+  %8 = RESHAPE(%5, [1, {2 * n - 1}])
+  %9 = EXPAND(%8, [{n + 1}, {2 * n - 1}])
+  %10 = RESHAPE(%9, [{(n + 1) * (2 * n - 1)}])
+  %11 = SHRINK(%10, [0], [{2 * n * n}])
+  %12 = RESHAPE(%11, [{n}, {2 * n}])
+  %13 = SHRINK(%12, [0, 0], [{n}, {n}])
+  %18 = REDUCE(%13) {{(ADD, (1,))}}
+  %19 = RESHAPE(%18, [{n}])
+  %20 = CONST {{-1}}
+  %21 = ADD(%19, %20)
+  %22 = RESHAPE(%21, [{n}, 1])
+  %23 = RESHAPE(%21, [1, {n}])
+  %24 = CMPLT(%22, %23)
+  %25 = CONST {{True}}
+  %26 = CMPNE(%24, %25)
+  %x = PARAM([{n}, {n}]) {{(0, "x")}} : f32
+  %27 = CONST {{-inf}}
+  %28 = WHERE(%26, %x, %27)
+  %30 = REDUCE(%28) {{(MAX, (1,))}}
+  %32 = RESHAPE(%30, [{n}, 1])
+  %33 = CONST {{-1.0}}
+  %34 = MUL(%32, %33)
+  %35 = ADD(%28, %34)
+  %36 = CONST {{1.4426950408889634}}
+  %37 = MUL(%35, %36)
+  %38 = EXP2(%37)
+  %40 = REDUCE(%38) {{(ADD, (1,))}}
+  %42 = RESHAPE(%40, [{n}, 1])
+  %43 = RECIP(%42)
+  %44 = MUL(%38, %43)
+  %45 = STORE(%out, %44)
+  SINK(%45)
+}}
+"""
+
+
+@pytest.mark.parametrize("target", ["cuda", "amd"])
+def test_a_causal_softmax_is_one_kernel_as_its_mask_folds(tmp_path, target):
+  """The mask's aranges collapse to index expressions: no loop of their own beside the row's reductions
+  (fusion_checks.check_beside realized the max and the sum in two kernels of their own when it counted
+  them: three launches for a 128 x 128 softmax)."""
+  text = causal_softmax(64)
+  out = io.StringIO()
+  compile_module(parse_source(text, "t.uop"), target, "t", PrintOptions(after=frozenset({"optimize"}), out=out))
+  assert out.getvalue().count("# opts: ") == 1
+  (tmp_path / "masked.uop").write_text(text)
+  x = np.random.default_rng(0).standard_normal((64, 64)).astype(np.float32)
+  want = np_softmax(np.where(np.tril(np.ones((64, 64), bool)), x.astype(np.float64), -np.inf))
+  got = run_file(tmp_path / "masked.uop", target=target, inputs={"x": x}, emulated=True).arrays["out"]
+  np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-9)

@@ -36,16 +36,20 @@ from uopc.stages.optimize import Opt, OptOp, _is_global, _memory_ops, affine, ke
 from uopc.stages.planner import _Planner
 
 GROUP_MIN = 256                   # reduce sizes from which a workgroup shares one reduction
+GROUP_SHORT = 64                  # ... and, in a kernel no register tile schedules (a fused softmax or layernorm over
+                                  # rows of 128: its output loop beside the reductions), from which a warp does (2 elements
+                                  # a thread or more), where one thread per row ran the row alone, one per workgroup
 GROUP_MAX = 256                   # threads a row's workgroup takes at most (and the target's workgroup size)
 GROUP_MIN_THREADS = 32            # fewer threads per row than a warp: pad the row instead
 GROUP_UNROLL = 4                  # consecutive elements a thread reads at once (one 16-byte load of f32) where they divide
 GROUP_PAD_SIZES = (256, 128, 64, 32)  # a padded row's threads: the first that leaves each thread 2 or more elements
 
 
-def row_reduction(plan: _Planner) -> bool:
-  """Schedule a row reduction (module docstring); False (nothing applied) when the kernel has none."""
+def row_reduction(plan: _Planner, least: int = GROUP_MIN) -> bool:
+  """Schedule a row reduction (module docstring) over a reduce axis of `least` elements or more; False (nothing
+  applied) when the kernel has none."""
   axes = kernel_axes(plan.sink)
-  long = [i for i in plan.axes(AxisType.REDUCE) if _row_axis(plan, i)]
+  long = [i for i in plan.axes(AxisType.REDUCE) if _row_axis(plan, i, least)]
   if not long: return False
   forms = _load_forms(plan)
   best = max(long, key=lambda i: (any(_unit(f[axes[i]]) for f in forms if axes[i] in f), plan.size(i)))
@@ -90,13 +94,13 @@ def _pad(plan: _Planner, axes: list[int], cap: int) -> tuple[int, int]:
   return v, t
 
 
-def _row_axis(plan: _Planner, i: int) -> bool:
-  """REDUCE axis i is long (GROUP_MIN or more, a known size) and no output axis is read contiguously
+def _row_axis(plan: _Planner, i: int, least: int) -> bool:
+  """REDUCE axis i is long (`least` or more, a known size) and no output axis is read contiguously
   (coefficient 1) by a load it moves."""
   axes, size = kernel_axes(plan.sink), plan.size(i)
   outputs = {axes[j] for j in plan.axes(AxisType.GLOBAL)}
   reads = [f for f in _load_forms(plan) if axes[i] in f]
-  return isinstance(size, int) and size >= GROUP_MIN and not any(_unit(c) for f in reads for r, c in f.items() if r in outputs)
+  return isinstance(size, int) and size >= least and not any(_unit(c) for f in reads for r, c in f.items() if r in outputs)
 
 
 def _load_forms(plan: _Planner) -> list[dict]:

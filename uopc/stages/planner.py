@@ -103,16 +103,17 @@ def _gpu_heuristics(plan: _Planner) -> None:
   per row whose threads share the row's reductions and its sibling output loops, a number of threads
   chosen from the row's length (`uopc.stages.gpu_rows`). Another reduction over output axes (a float32
   gemm, a convolution, attention's products) gets register tiles, unrolls and a workgroup over several
-  output axes (`uopc.stages.gpu_schedule`). Otherwise (elementwise) a workgroup along the contiguous
-  output axis (LOCAL) and 4-wide vectors per thread (UPCAST)."""
+  output axes (`uopc.stages.gpu_schedule`); one that cannot (a short row's softmax) a row of a warp.
+  Otherwise (elementwise) a workgroup along the contiguous output axis (LOCAL) and 4-wide vectors per
+  thread (UPCAST)."""
   from uopc.stages.tc_opt import tensor_core_heuristics  # they build on this module's helpers
   from uopc.stages.local_staging import staged_gemm
   from uopc.stages.ragged_axes import pad_ragged_elementwise, pad_ragged_output
   if tensor_core_heuristics(plan) or staged_gemm(plan): return
   pad_ragged_output(plan)
-  from uopc.stages.gpu_rows import row_reduction  # these build on this module's helpers
+  from uopc.stages.gpu_rows import GROUP_SHORT, row_reduction  # these build on this module's helpers
   from uopc.stages.gpu_schedule import tiled_reduction
-  if row_reduction(plan) or tiled_reduction(plan): return
+  if row_reduction(plan) or tiled_reduction(plan) or row_reduction(plan, GROUP_SHORT): return
   inner = _contiguous_output(plan)
   if inner is None: return
   pad_ragged_elementwise(plan, inner)

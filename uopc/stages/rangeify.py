@@ -334,6 +334,7 @@ class _Kernel(FusionChecks):
       if u in self.program.fusing: self.check_fused(u, idx, valid)
       return self.lower(src, tuple(inner), valid)
     outer = _ranges(idx, valid)
+    mine = len(self.reduce_outers)
     self.reduce_outers.append(outer)
     self.enclosing.append(outer)
     self.deferred.append([])
@@ -342,7 +343,9 @@ class _Kernel(FusionChecks):
       if not self.deferred[-1]: raise
       raise _Unfused(self.deferred[-1][0]) from None
     finally: self.enclosing.pop(); repeated = self.deferred.pop()  # noqa: E702
-    if len(ranges) == 1 and (closed := collapse(red, simplify(value), ranges[0])) is not None: return closed
+    if len(ranges) == 1 and (closed := collapse(red, simplify(value), ranges[0])) is not None:
+      del self.reduce_outers[mine]  # no loop after all (an arange's count: a masked softmax's mask holds one per row)
+      return closed
     for v in repeated: self.unfuse(v)
     if u in self.program.fusing: self.check_fused(u, idx, valid, ranges)  # a loop-free closed form fuses anywhere
     self.check_nested(u, ranges, outer)
