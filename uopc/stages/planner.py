@@ -103,9 +103,10 @@ def _gpu_heuristics(plan: _Planner) -> None:
   per row whose threads share the row's reductions and its sibling output loops, a number of threads
   chosen from the row's length (`uopc.stages.gpu_rows`). Another reduction over output axes (a float32
   gemm, a convolution, attention's products) gets register tiles, unrolls and a workgroup over several
-  output axes (`uopc.stages.gpu_schedule`); one that cannot (a short row's softmax) a row of a warp.
-  Otherwise (elementwise) a workgroup along the contiguous output axis (LOCAL) and 4-wide vectors per
-  thread (UPCAST)."""
+  output axes (`uopc.stages.gpu_schedule`); one that cannot (a short row's softmax) a row of a warp. A
+  transposing elementwise kernel gets its threads along its inputs' contiguous axis
+  (`uopc.stages.gpu_transpose`). Otherwise (elementwise) a workgroup along the contiguous output axis
+  (LOCAL) and 4-wide vectors per thread (UPCAST)."""
   from uopc.stages.tc_opt import tensor_core_heuristics  # they build on this module's helpers
   from uopc.stages.local_staging import staged_gemm
   from uopc.stages.ragged_axes import pad_ragged_elementwise, pad_ragged_output
@@ -116,6 +117,8 @@ def _gpu_heuristics(plan: _Planner) -> None:
   if row_reduction(plan) or tiled_reduction(plan) or row_reduction(plan, GROUP_SHORT): return
   inner = _contiguous_output(plan)
   if inner is None: return
+  from uopc.stages.gpu_transpose import transposed_elementwise
+  if transposed_elementwise(plan, inner): return
   pad_ragged_elementwise(plan, inner)
   plan.split_by_first(inner, (4,), AxisType.UPCAST)
   plan.split_by_first(inner, (256, 128, 64, 32, 16, 8, 4, 2), AxisType.LOCAL)

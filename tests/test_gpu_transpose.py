@@ -1,0 +1,36 @@
+"""Transposing elementwise kernels on GPUs (uopc.stages.gpu_transpose): an NCHW -> NHWC permute gets its
+threads along the input's rows (coalesced loads) and 8 lanes of the output's channels a thread (32-byte
+stores); kernels that read along their output's contiguous axis keep the elementwise schedule. Each schedule is
+pinned as `--print-after optimize` prints it and run in the emulator of every GPU target against numpy."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from test_gpu_rows import emulated, optimized
+from test_tensor_programs import Func
+
+
+def nhwc(n: int, c: int, h: int, w: int) -> Func:
+  f = Func("nhwc")
+  x, out = f.param("x", (n, c, h, w)), f.param("out", (n, h, w, c), out=True)
+  f.store(out, f.op("MUL", f.permute(x, (0, 2, 3, 1)), f.const(0.5)))
+  return f
+
+
+def test_an_nhwc_permute_reads_along_rows_and_stores_32_bytes_a_thread():
+  assert optimized(nhwc(2, 16, 6, 56)) == [("g2 g6 l56 g2 u8", "SPLIT(3,8,u),SPLIT(2,56,l)")]
+  assert optimized(nhwc(1, 12, 3, 5)) == [("g3 l5 g3 u4", "SPLIT(2,4,u),SPLIT(1,5,l)")]  # 12 channels: 4 lanes (no batch axis of 1)
+
+
+def test_a_permute_that_keeps_the_contiguous_axis_keeps_the_elementwise_schedule():
+  f = Func("heads")  # (tokens, heads, dim) -> (heads, tokens, dim): rows of dim stay rows
+  x, out = f.param("x", (8, 4, 32)), f.param("out", (4, 8, 32), out=True)
+  f.store(out, f.permute(x, (1, 0, 2)))
+  assert optimized(f) == [("g4 g8 l8 u4", "SPLIT(2,4,u),SPLIT(2,8,l)")]
+
+
+@pytest.mark.parametrize("target", ["cuda", "amd", "metal"])
+def test_emulated_transposes_match_numpy(tmp_path, target):
+  x = np.random.default_rng(0).standard_normal((2, 16, 6, 56)).astype(np.float32)
+  np.testing.assert_array_equal(emulated(nhwc(2, 16, 6, 56), tmp_path, {"x": x}, target), x.transpose(0, 2, 3, 1) * np.float32(0.5))
