@@ -1,7 +1,8 @@
-"""Transposing elementwise kernels on GPUs (uopc.stages.gpu_transpose): an NCHW -> NHWC permute gets its
-threads along the input's rows (coalesced loads) and 8 lanes of the output's channels a thread (32-byte
-stores); kernels that read along their output's contiguous axis keep the elementwise schedule. Each schedule is
-pinned as `--print-after optimize` prints it and run in the emulator of every GPU target against numpy."""
+"""Elementwise kernels on GPUs: a transposing one (uopc.stages.gpu_transpose, an NCHW -> NHWC permute) gets
+its threads along the input's rows (coalesced loads) and 8 lanes of the output's channels a thread (32-byte
+stores); one that reads along its output's contiguous axis keeps the elementwise schedule, whose workgroup
+spans the next axes where that axis is short (28-wide images). Each schedule is pinned as
+`--print-after optimize` prints it and run in the emulator of every GPU target against numpy."""
 from __future__ import annotations
 
 import numpy as np
@@ -27,10 +28,30 @@ def test_a_permute_that_keeps_the_contiguous_axis_keeps_the_elementwise_schedule
   f = Func("heads")  # (tokens, heads, dim) -> (heads, tokens, dim): rows of dim stay rows
   x, out = f.param("x", (8, 4, 32)), f.param("out", (4, 8, 32), out=True)
   f.store(out, f.permute(x, (1, 0, 2)))
-  assert optimized(f) == [("g4 g8 l8 u4", "SPLIT(2,4,u),SPLIT(2,8,l)")]
+  assert optimized(f) == [("l4 l8 l8 u4", "SPLIT(2,4,u),SPLIT(2,8,l),SPLIT(1,8,l),SPLIT(0,4,l)")]  # rows of 8 vectors: 3 axes
 
 
 @pytest.mark.parametrize("target", ["cuda", "amd", "metal"])
 def test_emulated_transposes_match_numpy(tmp_path, target):
   x = np.random.default_rng(0).standard_normal((2, 16, 6, 56)).astype(np.float32)
   np.testing.assert_array_equal(emulated(nhwc(2, 16, 6, 56), tmp_path, {"x": x}, target), x.transpose(0, 2, 3, 1) * np.float32(0.5))
+
+
+def scale(shape) -> Func:
+  f = Func("scale")
+  x, out = f.param("x", shape), f.param("out", shape, out=True)
+  f.store(out, f.op("MUL", x, f.const(0.5)))
+  return f
+
+
+def test_a_short_contiguous_axis_spreads_the_workgroup_over_the_next_axes():
+  """An elementwise kernel over 28 x 28 images: the rows' 7 vectors of 4 took 7 threads a workgroup (1 after a
+  batch norm's reductions: 0.07 ms for 8 x 64 x 28 x 28 on an H200), now 7 x 28; a long row keeps its 256."""
+  assert optimized(scale((8, 16, 28, 28))) == [("g8 g16 l28 l7 u4", "SPLIT(3,4,u),SPLIT(3,7,l),SPLIT(2,28,l)")]
+  assert optimized(scale((4, 4096))) == [("g4 g4 l256 u4", "SPLIT(1,4,u),SPLIT(1,256,l)")]
+
+
+@pytest.mark.parametrize("target", ["cuda", "amd", "metal"])
+def test_emulated_short_rows_match_numpy(tmp_path, target):
+  x = np.random.default_rng(1).standard_normal((2, 3, 14, 14)).astype(np.float32)
+  np.testing.assert_array_equal(emulated(scale((2, 3, 14, 14)), tmp_path, {"x": x}, target), x * np.float32(0.5))

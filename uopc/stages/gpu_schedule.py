@@ -44,6 +44,7 @@ GPU_TILES = ((8, 16), (8, 8), (4, 8), (4, 4), (4, 2), (4, 1), (2, 1))  # (u_inne
 GPU_TILE_ACCS = 128          # where it leaves GPU_MIN_THREADS (a batched convolution: 0.66 -> 0.60 ms on an H100);
                              # accumulators a thread keeps at most (tile elements times the kernel's sibling reductions)
 GPU_PARTIAL_BYTES = 16384    # LOCAL memory a workgroup's shared reductions may use for their partials
+GPU_WORKGROUP_ELEMENTWISE = 256  # threads of an elementwise kernel's workgroup at most
 GPU_WORKGROUP = 128          # threads of a tiled kernel's workgroup ...
 GPU_MIN_WORKGROUPS = 256     # ... fewer where it would leave fewer workgroups than this (down to a warp)
 GPU_INNER_THREADS = 16       # threads along the contiguous axis at most: 16 x 4 floats = 256 contiguous bytes ...

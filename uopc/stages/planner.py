@@ -121,6 +121,12 @@ def _gpu_heuristics(plan: _Planner) -> None:
   if transposed_elementwise(plan, inner): return
   pad_ragged_elementwise(plan, inner)
   plan.split_by_first(inner, (4,), AxisType.UPCAST)
+  if isinstance(size := plan.size(inner), int) and not any(size % k == 0 for k in (256, 128, 64, 32)):
+    # a short or odd contiguous axis (a 28-wide image row: 7 vectors) gives fewer than a warp: the workgroup spans
+    # the next axes too (batch-norm's normalization of 8 x 64 x 28 x 28 ran one thread a workgroup: 0.07 ms)
+    from uopc.stages.gpu_schedule import GPU_WORKGROUP_ELEMENTWISE, _workgroup
+    _workgroup(plan, [inner], GPU_WORKGROUP_ELEMENTWISE, GPU_WORKGROUP_ELEMENTWISE)
+    return
   plan.split_by_first(inner, (256, 128, 64, 32, 16, 8, 4, 2), AxisType.LOCAL)
 
 
