@@ -5,8 +5,15 @@ spans the next axes where that axis is short (28-wide images). Each schedule is 
 `--print-after optimize` prints it and run in the emulator of every GPU target against numpy."""
 from __future__ import annotations
 
+import io
+
 import numpy as np
 import pytest
+
+import uopc
+from uopc.frontend import parse_source
+from uopc.pipeline import PrintOptions, compile_module
+from uopc.run import run_file
 
 from test_gpu_rows import emulated, optimized
 from test_tensor_programs import Func
@@ -55,3 +62,18 @@ def test_a_short_contiguous_axis_spreads_the_workgroup_over_the_next_axes():
 def test_emulated_short_rows_match_numpy(tmp_path, target):
   x = np.random.default_rng(1).standard_normal((2, 3, 14, 14)).astype(np.float32)
   np.testing.assert_array_equal(emulated(scale((2, 3, 14, 14)), tmp_path, {"x": x}, target), x * np.float32(0.5))
+
+
+def test_a_cumsum_down_columns_puts_its_threads_along_the_rows_it_reads(tmp_path):
+  """tinygrad's x.cumsum(0) over 513 rows: prefix sums of blocks of 256 rows, written block by block (the
+  output's contiguous axis runs down x's columns), each a window sum down a column of x: a warp's threads
+  go along x's 16 contiguous columns (coalesced loads), not down the rows 64 bytes apart."""
+  tinygrad = pytest.importorskip("tinygrad", reason="tinygrad 0.14 is not installed (pip install -e '.[test]')")
+  text = uopc.export(lambda x: x.cumsum(0), tinygrad.Tensor.empty(513, 16), name="cumsum0")
+  (tmp_path / "cumsum0.uop").write_text(text)
+  out = io.StringIO()
+  compile_module(parse_source(text, "t.uop"), "cuda", "t", PrintOptions(after=frozenset({"optimize"}), out=out))
+  assert next(x for x in out.getvalue().splitlines() if x.startswith("# axes: ")).startswith("# axes: l16 ")
+  x = np.random.default_rng(2).standard_normal((513, 16)).astype(np.float32)
+  got = run_file(tmp_path / "cumsum0.uop", target="cuda", inputs={"x": x}, emulated=True).arrays["out"]
+  np.testing.assert_allclose(got, np.cumsum(x.astype(np.float64), axis=0), rtol=1e-4, atol=1e-4)

@@ -33,6 +33,7 @@ import math
 
 from uopc.ops import AxisType, Ops
 from uopc.stages.optimize import _is_global, _memory_ops, accumulator_update, kernel_axes, nested_with, root_buffer
+from uopc.stages.gpu_transpose import read_axis
 from uopc.stages.planner import _contiguous_output, _in_gated_load, _Planner, _reads_contiguously, _selects
 
 GPU_MIN_THREADS = 1 << 14    # threads that keep a large GPU's multiprocessors busy (an H100: 132 of them, 4 warps each)
@@ -80,7 +81,10 @@ def tiled_reduction(plan: _Planner) -> bool:
   gathers = _gathers(plan, inner, other)
   first = inner if gathers else _first_tile_axis(plan, inner, other, outputs)
   tile = (1, 1) if gathers else _tile(plan, first, other, _shareable(plan), accs)
-  tiled = [a for a in (inner, other, first) if a is not None]
+  # a warp's threads go first along the axis that inputs read across the output's rows read contiguously (a cumsum
+  # down a tensor's columns: its windows run down x's rows, its 64 columns lie side by side)
+  across = read_axis(plan, inner) if inner is not None else None
+  tiled = [a for a in (across, inner, other, first) if a is not None]
   tiled = [a for i, a in enumerate(tiled) if a not in tiled[:i]]
   for axis, k in sorted(zip((first, other), tile), key=lambda t: -1 if t[0] is None else t[0], reverse=True):
     if axis is not None and k > 1: tiled = _split(plan, axis, k, AxisType.UPCAST, tiled)[1]
