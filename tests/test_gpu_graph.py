@@ -7,7 +7,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from test_rangeify import check, expand, param, reduce, sink, store
+from test_rangeify import check, expand, param, permute, reduce, sink, store
 from uopc.ops import Ops
 from uopc.stages.gpu_graph import SPLIT_OUTPUTS, SPLIT_ROW, _parts
 from uopc.stages.rangeify import rangeify
@@ -65,14 +65,16 @@ def test_a_count_beside_a_reduced_column_is_realized():
   assert len(prog.kernels) == 2
 
 
-@pytest.mark.parametrize("hw,kernels", [((16, 16), 2), ((8, 8), 1), ((1, 512), 1)])
+@pytest.mark.parametrize("hw,kernels", [((16, 16), 1), ((8, 8), 1), ((1, 512), 1), ((16, 16, "T"), 2)])
 def test_statistics_too_long_for_one_thread_and_split_over_axes_are_realized(hw, kernels):
-  """An instance norm's mean over 16 x 16 (256 elements in two loops no workgroup row takes) is realized; a
-  short one (8 x 8: each thread runs its row) or one long loop (a workgroup row) stays fused."""
-  h, w = hw
+  """An instance norm's mean over 16 x 16 (256 elements in two loops that merge into one row of 256, which a
+  workgroup row takes), a short one (8 x 8: each thread runs its row) and one long loop stay fused; a mean over
+  the transposed 16 x 16 (the loops do not merge: two loops of 16 no workgroup row takes) is realized."""
+  h, w, *transposed = hw
   x, out = param(0, "x", (4, h, w)), param(1, "out", (4, h, w))
-  mean = expand(reduce(x, Ops.ADD, (1, 2)), (4, h, w))
-  assert len(check(sink(store(out, x.alu(Ops.MUL, mean)))).kernels) == kernels  # (a product: no cancellation)
+  xs = permute(x, (0, 2, 1)) if transposed else x
+  mean = expand(reduce(xs, Ops.ADD, (1, 2)), (4, w, h) if transposed else (4, h, w))
+  assert len(check(sink(store(out, xs.alu(Ops.MUL, mean)))).kernels) == kernels  # (a product: no cancellation)
 
 
 def test_split_values_match_numpy_within_float_rounding():

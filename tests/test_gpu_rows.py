@@ -27,8 +27,13 @@ from uopc.uop import UOp
 
 def optimized(f: Func, target: str = "cuda") -> list[tuple[str, str]]:
   """Each kernel's (axes, opts) after Optimize on `target`, as --print-after optimize shows them."""
+  return optimized_text(f.text(), target)
+
+
+def optimized_text(text: str, target: str = "cuda") -> list[tuple[str, str]]:
+  """`optimized` of a program's text."""
   out = io.StringIO()
-  compile_module(parse_source(f.text(), "t.uop"), target, "t", PrintOptions(after=frozenset({"optimize"}), out=out))
+  compile_module(parse_source(text, "t.uop"), target, "t", PrintOptions(after=frozenset({"optimize"}), out=out))
   lines = out.getvalue().splitlines()
   axes = [x[len("# axes: "):] for x in lines if x.startswith("# axes: ")]
   return list(zip(axes, [x[len("# opts: "):] for x in lines if x.startswith("# opts: ")]))

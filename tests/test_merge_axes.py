@@ -8,11 +8,14 @@ import dataclasses
 import numpy as np
 import pytest
 
+import uopc
+from test_gpu_rows import optimized_text
 from test_rangeify import expand, inputs_for, param, permute, reduce, run_kernels, sink, store
 from uopc.ops import AxisType, Ops
 from uopc.stages.merge_axes import merge_reduce_axes
 from uopc.stages.optimize import accumulator_first, axis_size, axis_type, is_axis, kernel_axes
 from uopc.stages.rangeify import rangeify
+from uopc.run import run_file
 
 
 def _reduce_sizes(k) -> list[int]:
@@ -68,3 +71,22 @@ def test_output_loops_keep_their_shape():
   x, out = param(0, "x", (4, 6, 8)), param(1, "out", (4, 6, 8))
   before, after = merged(sink(store(out, x.alu(Ops.ADD, x))))
   assert after == before
+
+
+def test_an_instance_norm_is_one_kernel_of_rows_on_gpus(tmp_path):
+  """Statistics over 16 x 16 beside 16 x 16 outputs: Rangeify sees the reduction loops as Optimize will (merged,
+  a row of 256) and keeps them fused; on a GPU the output loops beside them merge too, and a workgroup row
+  shares all three (as a layernorm's). CPUs keep their output loops."""
+  tinygrad = pytest.importorskip("tinygrad", reason="tinygrad 0.14 is not installed (pip install -e '.[test]')")
+  def norm(x): return (x - x.mean((2, 3), keepdim=True)) * (x.var((2, 3), keepdim=True) + 1e-5).rsqrt()
+  text = uopc.export(norm, tinygrad.Tensor.empty(2, 8, 16, 16), name="inorm")
+  [(axes, _)] = optimized_text(text)
+  assert axes == "g2 g8 l64 u4 G64 r4 G64 r4"
+  [(cpu_axes, _)] = optimized_text(text, "c")  # one kernel too: its reductions merged, its two 16-wide output loops not
+  assert "R256" in cpu_axes and cpu_axes.count("u8") == 2
+  (tmp_path / "inorm.uop").write_text(text)
+  x = np.random.default_rng(3).standard_normal((2, 8, 16, 16)).astype(np.float32)
+  got = run_file(tmp_path / "inorm.uop", target="cuda", inputs={"x": x}, emulated=True).arrays["out"]
+  x64 = x.astype(np.float64)
+  want = (x64 - x64.mean((2, 3), keepdims=True)) / np.sqrt(x64.var((2, 3), keepdims=True, ddof=1) + 1e-5)
+  np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-5)

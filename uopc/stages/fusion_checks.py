@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING
 from uopc.dtype import dtypes
 from uopc.ops import AxisType, Ops
 from uopc.stages.fusion_cost import elementwise_cost, repeats_expensive_work
+from uopc.symbolic import simplify
 from uopc.uop import UOp
 
 if TYPE_CHECKING:
@@ -77,18 +78,24 @@ class FusionChecks:
     elements = prod(u.shape)
     if repeats_expensive_work(prod(u.src[0].shape) // elements, [prod(sizes) // elements]): raise _Unfused(u)
 
-  def check_beside(self) -> None:
+  def check_beside(self, value: UOp) -> None:
     """On a GPU, a reduction fused at fewer than all the output loops leaves the others beside it, off the
     grid (Optimize's type_axes): a workgroup row (uopc.stages.gpu_rows) shares them among its threads, or
     each thread runs a short row alone. Realized instead, so that every output loop goes on the grid: one
     read at no output loop (a whole tensor's mean: one workgroup would run the kernel); one whose loops are
     too short for a workgroup row (under NESTED_MIN each) where its reduction or the output loops beside it
-    are long (NESTED_MIN or more: an instance norm's 32 x 32 statistics; a split layernorm's total of 4
+    are long (NESTED_MIN or more: statistics over a transposed 32 x 32; a split layernorm's total of 4
     partials beside its 64 x 256 outputs); and one beside an output loop that holds a reduction of its own
-    (a masked mean's count of 128 per row, beside the sum of each of its 768 columns)."""
+    (a masked mean's count of 128 per row, beside the sum of each of its 768 columns). A reduction's loops
+    count as Optimize will see them, adjacent ones that walk memory as one merged (`value`, the kernel's lowered
+    value, merged by uopc.stages.merge_axes: an instance norm's 32 x 32 statistics are rows of 1024)."""
+    if not self.beside: return
+    from uopc.stages.merge_axes import merge_reduce_axes  # it builds on Optimize's helpers, which import Rangeify's
+    merged = {r.arg: r.src[0].arg for r in merge_reduce_axes(simplify(UOp(Ops.SINK, dtypes.void, (value,)))).toposort()
+              if r.op is Ops.RANGE and r.src[0].op is Ops.CONST}
     def size(r: UOp) -> int: return r.src[0].arg if r.src[0].op is Ops.CONST else NESTED_MIN
     for u, deps, ranges in self.beside:
-      row = max(map(size, ranges)) >= NESTED_MIN  # a workgroup row can take it
+      row = max(merged.get(r.arg, size(r)) for r in ranges) >= NESTED_MIN  # a workgroup row can take it
       long = prod(map(size, ranges)) >= NESTED_MIN or prod(size(r) for r in self.outputs if r not in deps) >= NESTED_MIN
       if not deps or (long and not row) or any(set(outer) - deps for outer in self.reduce_outers if set(outer) & set(self.outputs)):
         raise _Unfused(u)

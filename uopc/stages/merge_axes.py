@@ -17,40 +17,50 @@ when
 Each such sum then has c * m in place of c * (B * a + b), the AFTERs and the END name m, and the merge
 repeats until no pair is left (three adjacent axes become one).
 
+On a GPU the output loops beside a reduction (LOOPs nested with no REDUCE loop: an instance norm's 32 x 32
+outputs beside its statistics over 32 x 32) merge the same way, so that a workgroup row (uopc.stages.gpu_rows)
+shares them with the merged reductions: the whole instance norm is one kernel of rows of 1024, like a
+layernorm's (4 x 64 x 32 x 32 on an H200: 0.0155 ms in three kernels before).
+
 Invariants: m visits the same (a, b) in the same order as the two loops did, so every value, float
-reductions included, is bit for bit what the unmerged kernel computes; only REDUCE loops of constant
-size merge (output loops keep their shape, which the schedules of elementwise kernels rely on); m takes
-a's axis id, so the axis order of everything else is unchanged.
+reductions included, is bit for bit what the unmerged kernel computes; only REDUCE loops, and on GPUs LOOPs
+beside a reduction, of constant size merge (the output loops of other kernels keep their shape, which the
+schedules of elementwise kernels rely on); m takes a's axis id, so the axis order of everything else is
+unchanged.
 """
 from __future__ import annotations
 
 from uopc.ops import AxisType, Ops
-from uopc.stages.optimize import axis_size, axis_type, is_axis
+from uopc.stages.optimize import axis_size, axis_type, is_axis, nested_with
 from uopc.symbolic import linear_form, simplify
 from uopc.uop import UOp
 
 _AFFINE = (Ops.ADD, Ops.MUL)
 
 
-def merge_reduce_axes(sink: UOp) -> UOp:
-  """Every mergeable pair of adjacent REDUCE loops merged (module docstring)."""
-  while (found := _mergeable(sink)) is not None: sink = _merge(sink, *found)
+def merge_reduce_axes(sink: UOp, beside: bool = False) -> UOp:
+  """Every mergeable pair of adjacent REDUCE loops merged (module docstring); with `beside` (GPU targets) also
+  adjacent LOOPs beside a reduction."""
+  while (found := _mergeable(sink, beside)) is not None: sink = _merge(sink, *found)
   return sink
 
 
-def _reduce_axis(r: UOp) -> bool: return is_axis(r) and axis_type(r) is AxisType.REDUCE and isinstance(axis_size(r), int)
+def _axis(r: UOp, t: AxisType) -> bool: return is_axis(r) and axis_type(r) is t and isinstance(axis_size(r), int)
 
 
-def _mergeable(sink: UOp) -> tuple[UOp, UOp, UOp, frozenset[UOp]] | None:
+def _mergeable(sink: UOp, beside: bool) -> tuple[UOp, UOp, UOp, frozenset[UOp]] | None:
   """(outer END, a, b, the sums to rewrite) of the first mergeable pair, else None."""
   nodes = sink.toposort()
   users: dict[UOp, int] = {}
   for u in nodes:
     for s in u.src: users[s] = users.get(s, 0) + 1
+  reduces = {r for r in nodes if _axis(r, AxisType.REDUCE)}
+  near = nested_with(sink) if beside and reduces else {}
+  def beside_loop(r: UOp) -> bool: return bool(near) and _axis(r, AxisType.LOOP) and not near.get(r, frozenset()) & reduces
   for u in nodes:
     if u.op is not Ops.END or len(u.src) != 2 or u.src[0].op is not Ops.END or len(u.src[0].src) != 2: continue
     a, b = u.src[1], u.src[0].src[1]
-    if not (_reduce_axis(a) and _reduce_axis(b)) or users.get(u.src[0], 0) != 1: continue
+    if not ((a in reduces and b in reduces) or (beside_loop(a) and beside_loop(b))) or users.get(u.src[0], 0) != 1: continue
     if (sums := _reads_as_one(nodes, u, a, b)) is not None: return u, a, b, sums
   return None
 

@@ -582,7 +582,7 @@ def optimize(sink: UOp, kernel: str, caps: TargetCaps, pinned: tuple[Opt, ...] |
   if not all(is_axis(r) for r in kernel_axes(sink)): return KernelSchedule(sink, (), caps)  # an untyped legacy RANGE: as written
   trace: Trace = []
   from uopc.stages.merge_axes import merge_reduce_axes  # it builds on this module's axis helpers
-  typed = type_axes(merge_reduce_axes(accumulator_first(sink)), caps, trace)
+  typed = type_axes(merge_reduce_axes(accumulator_first(sink), beside=caps.gpu), caps, trace)
   opts = pinned if pinned is not None else heuristic_opts(typed, caps)
   sink = apply_opts(typed, opts, caps, kernel, trace)
   tc = next((o for o in opts if o.op is OptOp.TC), None)

@@ -533,7 +533,7 @@ class _Rangeify:
     v = (k.define if realize else k.lower)(value, _broadcast_index(idx, value.shape, out.shape), None)
     srcs = (UOp(Ops.INDEX, out_ptr.dtype, (out_ptr, _flat(idx, out.shape))), v)
     if gate is not None: srcs += (k.lower(gate, _broadcast_index(idx, gate.shape, out.shape), None),)
-    k.check_beside()
+    k.check_beside(v)
     body = UOp(Ops.STORE, dtypes.void, srcs)
     for r in reversed([i for i in idx if i.op is Ops.RANGE]): body = UOp(Ops.END, dtypes.void, (body, r))
     sink = simplify(UOp(Ops.SINK, dtypes.void, (body,)))
