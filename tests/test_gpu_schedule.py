@@ -163,3 +163,28 @@ def test_a_batch_of_small_images_computes_what_the_c_target_does_in_the_emulator
   f = _tinygrad_conv(8, 8, 7, 16)
   emulated_matches_c(f, tmp_path, monkeypatch)
   assert schedule(f)[0].startswith("u8 l2 u8 g7 l7")  # with the floors emulated_matches_c lowers: the images' tile
+
+
+def column_sums(rows: int, cols: int) -> Func:
+  f = Func("colsum")
+  x, out = f.param("x", (rows, cols)), f.param("out", (1, cols), out=True)
+  f.store(out, f.reduce(x, "ADD", (0,)))
+  return f
+
+
+def test_few_columns_of_long_columns_take_up_to_64_threads_each():
+  """256 column sums of 4096 rows: 16 threads a column would leave 4096 threads (a quarter of GPU_MIN_THREADS):
+  64 (GPU_WIDE_GROUPS); 768 columns keep 16 (12288 threads, more than half: a matrix-vector product's shape,
+  which ran slower with 32)."""
+  [axes] = schedule(column_sums(4096, 256))
+  assert "G64" in axes
+  [axes] = schedule(column_sums(3072, 768))
+  assert "G16" in axes
+
+
+@pytest.mark.parametrize("target", ["cuda", "amd"])
+def test_wide_shared_column_sums_compute_what_numpy_does(tmp_path, target):
+  x = np.random.default_rng(5).standard_normal((4096, 64)).astype(np.float32)
+  (tmp_path / "colsum.uop").write_text(column_sums(4096, 64).text())
+  got = run_file(tmp_path / "colsum.uop", target=target, inputs={"x": x}, emulated=True).arrays["out"]
+  np.testing.assert_allclose(got, x.astype(np.float64).sum(0, keepdims=True), rtol=1e-4, atol=1e-3)
