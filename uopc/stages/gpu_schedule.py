@@ -239,7 +239,8 @@ def _threads(plan: _Planner) -> int:
 def _share_reduction(plan: _Planner, threads: int, tracked: list[int], untiled: bool = False) -> tuple[int, list[int]]:
   """GROUP_REDUCE threads on the longest REDUCE axis and its siblings (reduce loops beside it, not
   nested with it: the same threads share each), the fewest of GPU_GROUPS that reach GPU_MIN_THREADS
-  (else the most; GPU_WIDE_GROUPS too where GPU_GROUPS leave fewer than half), each thread keeping
+  (else the most; GPU_WIDE_GROUPS too where GPU_GROUPS leave fewer than half and each thread keeps its
+  GPU_GROUP_MIN iterations: column statistics, not a short row read contiguously), each thread keeping
   GPU_GROUP_MIN iterations or more (GPU_RUN, one 16-byte run, in an `untiled` kernel whose reduction reads its inputs contiguously: a short row's max or sum, such as
   attention's softmax over 64 keys, has no tile whose work the combine must be small against): how many
   (1: none), and the `tracked` axes after the splits."""
@@ -248,7 +249,8 @@ def _share_reduction(plan: _Planner, threads: int, tracked: list[int], untiled: 
   if not long: return 1, tracked
   best = max(long, key=lambda i: (plan.size(i), i))
   least = GPU_RUN if untiled and _reads_contiguously(plan, best) else GPU_GROUP_MIN
-  groups = GPU_GROUPS + (GPU_WIDE_GROUPS if threads * GPU_GROUPS[-1] < GPU_MIN_THREADS // 2 else ())
+  wide = threads * GPU_GROUPS[-1] < GPU_MIN_THREADS // 2 and least == GPU_GROUP_MIN  # (a short contiguous row: as it was)
+  groups = GPU_GROUPS + (GPU_WIDE_GROUPS if wide else ())
   fits = [g for g in groups if plan.size(best) % g == 0 and _reduce_iterations(plan) // g >= least]
   if max(fits, default=1) < GPU_GROUPS[2]:  # an axis of 28 (an image's rows): 7 or 14 threads rather than 4
     fits = sorted(set(fits) | {g for g in range(GPU_GROUPS[2], 2 * GPU_GROUPS[-1] + 1)
