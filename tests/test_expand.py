@@ -17,6 +17,7 @@ from uopc.diagnostics import CompileError
 from uopc.driver import BuildOptions, build
 from uopc.dtype import AddrSpace
 from uopc.launcher import kernel_name
+from uopc.run import run_file
 from uopc.ops import AxisType, Ops
 from uopc.stages.expand import expand
 from uopc.stages.optimize import KernelSchedule, apply_opts, heuristic_opts, parse_opts, parse_schedule, target_caps
@@ -173,3 +174,18 @@ def test_a_flipped_row_takes_the_lanes_of_a_contiguous_one(tmp_path):
   lib = build_lib(tmp_path, f.text(), None, "flip")
   xs = random_inputs(f, 0)
   np.testing.assert_array_equal(run_func(lib, f, xs)["out"], xs["x"][:, ::-1])
+
+
+@pytest.mark.parametrize("target", ["c", "llvm"])
+def test_lanes_that_all_read_one_element_load_it_once(tmp_path, target):
+  """Found by the differential fuzzer: a broadcast whose offset is a lane term, (8g + u) // 8 = g + u // 8 with
+  u // 8 = 0 in every lane, is one scalar load splatted (a window of one element took a GEP of a scalar, which
+  LLVM rejects)."""
+  f = Func("bcast")
+  x, out = f.param("x", (2,)), f.param("out", (16,), out=True)
+  f.store(out, f.reshape(f.expand(f.reshape(x, (2, 1)), (2, 8)), (16,)))
+  assert {u.dtype.count for u in loads(expanded(f, "SPLIT(0,8,u)"), "x")} == {1}
+  (tmp_path / "bcast.uop").write_text(f.text())
+  xs = np.array([3.5, -2.0], np.float32)
+  got = run_file(tmp_path / "bcast.uop", target=target, inputs={"x": xs}).arrays["out"]
+  np.testing.assert_array_equal(got, np.repeat(xs, 8))

@@ -337,9 +337,9 @@ class _Expander:
       alt = UOp(Ops.STACK, u.dtype.vec(n), (self.one(u.src[1]),) * n)
       return UOp(Ops.LOAD, u.dtype.vec(n), (at, alt, UOp(Ops.STACK, dtypes.bool.vec(n), tuple(gates))))
     windows = [window(s) for s in starts]
-    def lane(d: int) -> UOp:
+    def lane(d: int) -> UOp:  # (a window of one element: every lane reads it, as a lane term's u // 8 over 8 lanes does)
       k = next(j for j, s in enumerate(starts) if s <= d < s + n)
-      return UOp(Ops.GEP, u.dtype, (windows[k],), (d - starts[k],))
+      return windows[k] if windows[k].dtype.count == 1 else UOp(Ops.GEP, u.dtype, (windows[k],), (d - starts[k],))
     return UOp(Ops.STACK, u.dtype.vec(len(lanes)), tuple(lane(deltas[i]) for i in lanes))
 
   def scalar_loads(self, u: UOp, ptr: UOp, axes, lanes: list[int]) -> UOp:
