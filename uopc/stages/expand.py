@@ -236,6 +236,7 @@ class _Expander:
     base, coeffs = form
     points = _coords(axes)
     values = {t: _lane_values(t, axes, points) for t in coeffs}
+    if any(v is None for v in values.values()): return None
     deltas = [sum(c * values[t][i] for t, c in coeffs.items()) for i in range(len(points))]
     return self.rebuild(base), deltas
 
@@ -445,13 +446,14 @@ def _lane_form(e: UOp) -> tuple[UOp, dict[UOp, int]] | None:
   return None
 
 
-def _lane_values(t: UOp, axes: tuple[UOp, ...], points: list[tuple[int, ...]]) -> list[int]:
-  """Term t of a lane form at each lane's point: the axis's coordinate, or a lane term evaluated there."""
+def _lane_values(t: UOp, axes: tuple[UOp, ...], points: list[tuple[int, ...]]) -> list[int] | None:
+  """Term t of a lane form at each lane's point: the axis's coordinate, or a lane term evaluated there (None
+  where one does not fold to a constant: the lanes are then loaded one by one)."""
   if t in axes: return [p[axes.index(t)] for p in points]
   out = []
   for p in points:
     v = simplify(substitute(t, {r: _idx(c) for r, c in zip(axes, p)}))
-    if v.op is not Ops.CONST: raise _fail(f"a lane's offset did not fold to a constant: {v.op.name}")
+    if v.op is not Ops.CONST: return None
     out.append(v.arg)
   return out
 
