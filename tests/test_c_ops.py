@@ -182,6 +182,10 @@ def _float_edge_cases():
   h = np.array([1.0, 1.0, 65504.0, 65504.0, 2.0**-14 - 2.0**-24], np.float16)
   add_case("ADD", "hand_f16", alu(Ops.ADD), [dtypes.float16] * 2, dtypes.float16,
            [h, np.array([2.0**-11, 3 * 2.0**-11, 8.0, 16.0, 2.0**-24], np.float16)], [1.0, 1.0 + 2.0**-9, 65504.0, inf, 2.0**-14])
+  # TRUNC by its sign (-0.5 -> -0.0), at the edge of exact integers (2^23 - 0.5, 2^52 - 0.5), beyond int range, NaN/inf
+  for dt, big in ((dtypes.float32, 2.0**23), (dtypes.float64, 2.0**52)):
+    t = np.array([-0.5, 0.5, -0.0, 0.0, big - 0.5, -(big - 0.5), big, -big, 2 * big, -3.0e9, 1e30, nan, inf, -inf, 2.5, -2.75], NP[dt])
+    add_case("TRUNC", f"hand_{dt.name}", alu(Ops.TRUNC), [dt], dt, [t], np.trunc(t))
   bf = np.array([1.0, 1.0, 3.0e38], ml_dtypes.bfloat16)
   add_case("ADD", "hand_bf16", alu(Ops.ADD), [dtypes.bfloat16] * 2, dtypes.bfloat16,
            [bf, np.array([2.0**-8, 3 * 2.0**-8, 3.0e38], ml_dtypes.bfloat16)], np.array([1.0, 1.0 + 2.0**-6, inf], ml_dtypes.bfloat16))

@@ -428,6 +428,7 @@ class _Renderer:
                Ops.MULACC: "(({0}*{1})+{2})"}
       if op in forms: return forms[op].format(*xs)
       if op is Ops.RECIP: return f"({_splat(render_const(1.0, st), dt)}/{xs[0]})"
+      if op is Ops.TRUNC: return _vector_trunc(xs[0], dt)
       if op is Ops.MAX:  # NaN if either is NaN (as uopc_maxf), else the larger
         a, b = xs
         generic = _select(f"(({a}!={a})|({b}!={b}))", f"({a}+{b})", _select(f"({a}>{b})", a, b, dt), dt)
@@ -495,6 +496,18 @@ def _unsigned(st: DType) -> DType: return _UNSIGNED[st.itemsize]
 
 def _splat(literal: str, dt: DType) -> str:
   return f"(({ctype(dt)}){{{', '.join([literal] * dt.count)}}})"
+
+
+def _vector_trunc(x: str, dt: DType) -> str:
+  """trunc of every lane whole, bit for bit the scalar truncf/trunc: lanes under 2^23 (float64: 2^52) in
+  magnitude go through the integer conversion of their width and back, with x's sign bit put back (trunc(-0.5)
+  is -0.0); the others (integers already, infinities, NaN: every comparison false) stay as they are."""
+  st = dt.scalar
+  i = vector_type_name(_SIGNED[st.itemsize], _lanes(dt.count))
+  big = _splat(render_const(2.0 ** (23 if st is dtypes.float32 else 52), st), dt)
+  back = f"__builtin_convertvector(__builtin_convertvector({x}, {i}), {ctype(dt)})"
+  signed = f"(({ctype(dt)})(({i}){back}|(({i}){x}&({i}){_splat(render_const(-0.0, st), dt)})))"
+  return _select(f"(({x}<{big})&((-{big})<{x}))", signed, x, dt)
 
 
 def _select(cond: str, a: str, b: str, dt: DType, convert: bool = False) -> str:
