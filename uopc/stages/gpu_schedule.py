@@ -29,10 +29,13 @@ Invariants:
 """
 from __future__ import annotations
 
+import itertools
 import math
 
 from uopc.ops import AxisType, Ops
-from uopc.stages.optimize import _is_global, _memory_ops, accumulator_update, kernel_axes, nested_with, root_buffer
+from uopc.symbolic import linear_form, simplify
+from uopc.uop import UOp
+from uopc.stages.optimize import _is_global, _memory_ops, accumulator_update, kernel_axes, nested_with, root_buffer, scopes
 from uopc.stages.gpu_transpose import read_axis
 from uopc.stages.planner import _contiguous_output, _in_gated_load, _Planner, _reads_contiguously, _selects
 
@@ -44,6 +47,9 @@ GPU_SMALL_TILE_THREADS = 1 << 10  # ... and a tile of at most GPU_COALESCED_ACCS
 GPU_TILES = ((8, 16), (8, 8), (4, 8), (4, 4), (4, 2), (4, 1), (2, 1))  # (u_inner, u_other), largest first; 8 x 16 only
 GPU_TILE_ACCS = 128          # where it leaves GPU_MIN_THREADS (a batched convolution: 0.66 -> 0.60 ms on an H100);
                              # accumulators a thread keeps at most (tile elements times the kernel's sibling reductions)
+GPU_STRIDED_TILES = ((2, 4),)  # also tried where inputs are read strided along the contiguous output axis (`_strided_reads`),
+                             # whose reduction is then shared: a ViT patch embedding's 14 patches a row, 2 x 4 channels
+                             # (H200: 0.052 -> 0.035 ms; a 3x3 convolution 1x256x14x14 took 0.065 -> 0.121 with 2 x 8 unshared)
 GPU_PARTIAL_BYTES = 16384    # LOCAL memory a workgroup's shared reductions may use for their partials
 GPU_WORKGROUP_ELEMENTWISE = 256  # threads of an elementwise kernel's workgroup at most
 GPU_WORKGROUP = 128          # threads of a tiled kernel's workgroup ...
@@ -66,6 +72,8 @@ GPU_RUN = 4                  # ... each keeping one 16-byte run or more where th
 GPU_COALESCED_GROUPS = (32, 16, 8, 4, 2)  # GROUP_REDUCE threads on a reduction every input reads contiguously: the most ...
 GPU_COALESCED_MIN = 16       # ... that leave each thread this many iterations (then unrolled), in kernels whose threads keep at most
 GPU_COALESCED_ACCS = 32      # this many accumulators (8 x 8 tiles of 64 were 1.2-1.6x slower so on the H100: their partials)
+GPU_COALESCED_THREADS = 1 << 16  # ... and leave fewer threads than this unshared (4 x GPU_MIN_THREADS: a short reduction's threads
+                             # wait on their loads; H200, GQA attention's probabilities times values, 16384 threads of 64 steps)
 
 
 def tiled_reduction(plan: _Planner) -> bool:
@@ -78,11 +86,12 @@ def tiled_reduction(plan: _Planner) -> bool:
   reduces = {axes[i] for i in plan.axes(AxisType.REDUCE)}
   if not reduces or not outputs or any(not reduces <= near.get(axes[i], frozenset()) for i in plan.axes(AxisType.LOOP)): return False
   inner = _contiguous_output(plan)
+  strided = _strided_reads(plan, inner)
   other = _reuse_axis(plan, [i for i in outputs if i != inner])
   accs = max(1, _accumulators(plan))
   gathers = _gathers(plan, inner, other)
   first = inner if gathers else _first_tile_axis(plan, inner, other, outputs)
-  tile = (1, 1) if gathers else _tile(plan, first, other, _shareable(plan), accs)
+  tile = (1, 1) if gathers else _tile(plan, first, other, _shareable(plan), accs, GPU_STRIDED_TILES if strided else ())
   # a warp's threads go first along the axis that inputs read across the output's rows read contiguously (a cumsum
   # down a tensor's columns: its windows run down x's rows, its 64 columns lie side by side)
   across = read_axis(plan, inner) if inner is not None else None
@@ -93,7 +102,7 @@ def tiled_reduction(plan: _Planner) -> bool:
   if gathers: tiled = _gate_free_lanes(plan, tiled)
   threads = _threads(plan)
   small_tile = tile != (1, 1) and tile[0] * tile[1] * accs <= GPU_COALESCED_ACCS  # untiled: short rows keep their runs
-  coalesced = _coalesced_reduction(plan) if threads < GPU_MIN_THREADS and small_tile else None
+  coalesced = _coalesced_reduction(plan) if (threads < GPU_COALESCED_THREADS or strided) and small_tile else None
   if coalesced is not None: groups, tiled = _share_coalesced(plan, coalesced, tiled)
   elif threads < GPU_MIN_THREADS: groups, tiled = _share_reduction(plan, threads, tiled, tile == (1, 1))
   else: groups = 1
@@ -153,7 +162,8 @@ def _accumulators(plan: _Planner) -> int:
   return len({root_buffer(u.src[0]) for u in _memory_ops(plan.sink) if u.op is Ops.STORE and accumulator_update(u) is not None})
 
 
-def _tile(plan: _Planner, inner: int | None, other: int | None, shareable: bool, accs: int) -> tuple[int, int]:
+def _tile(plan: _Planner, inner: int | None, other: int | None, shareable: bool, accs: int,
+          extra: tuple[tuple[int, int], ...] = ()) -> tuple[int, int]:
   """(u_inner, u_other): the largest tile of GPU_TILES that divides the axes, keeps GPU_TILE_ACCS
   accumulators or fewer (`accs` per tile element) and leaves GPU_MIN_THREADS threads (GPU_TILE_THREADS
   where the reduction can be shared to make up the rest, GPU_SMALL_TILE_THREADS for a tile along both
@@ -163,7 +173,8 @@ def _tile(plan: _Planner, inner: int | None, other: int | None, shareable: bool,
   floor = GPU_TILE_THREADS if shareable else GPU_MIN_THREADS
   def divides(axis: int | None, k: int) -> bool: return k == 1 or (axis is not None and plan.size(axis) % k == 0)
   def shape(ui: int, uo: int) -> tuple[int, int]: return (ui if inner is not None else 1, uo if other is not None else 1)
-  shapes = [s for s in dict.fromkeys(shape(*t) for t in GPU_TILES)
+  tiles = sorted(GPU_TILES + extra, key=lambda t: -t[0] * t[1])  # stable: GPU_TILES' order among equal sizes
+  shapes = [s for s in dict.fromkeys(shape(*t) for t in tiles)
             if divides(inner, s[0]) and divides(other, s[1]) and s[0] * s[1] * accs <= GPU_TILE_ACCS]
   def enough(s: tuple[int, int]) -> bool:  # a tile past 64 elements only where it keeps GPU_MIN_THREADS unshared
     small = shareable and min(s) > 1 and s[0] * s[1] * accs <= GPU_COALESCED_ACCS  # a 2-D tile: growing it raises reuse
@@ -265,6 +276,27 @@ def _share_reduction(plan: _Planner, threads: int, tracked: list[int], untiled: 
   return (g if applied else 1), tracked
 
 
+def _strided_reads(plan: _Planner, inner: int | None) -> bool:
+  """Some global input read inside the reduction moves by more than one element with the contiguous output axis
+  `inner`, along which a warp's threads go (a transposed operand: attention's keys k[key, d] along the scores'
+  keys, a patch embedding's image x[c, 16 oy + ky, 16 ox + kx] along its patches): each thread reads its own
+  line there, so the reduction is shared along the axis such inputs are contiguous in even where the outputs
+  give threads enough (H200: a ViT patch embedding 0.186 -> 0.035 ms, GQA attention's scores 0.038 -> 0.023)."""
+  if inner is None: return False
+  axes, scope = kernel_axes(plan.sink), scopes(plan.sink)
+  reduces = {axes[i] for i in plan.axes(AxisType.REDUCE)}
+  for u in _memory_ops(plan.sink):
+    if u.op is Ops.LOAD and _is_global(root_buffer(u.src[0])) and scope[u] & reduces:
+      if abs(_stride(u.src[0].src[1], axes[inner])) > 1: return True
+  return False
+
+
+def _stride(address: UOp, r: UOp) -> int:
+  """Range r's constant coefficient in an address (0 where r is not a term of its own: absent, or only inside
+  another term, such as attention's kv head h // 4)."""
+  return next((c for a, c in linear_form(simplify(address)).items() if a is r and isinstance(c, int)), 0)
+
+
 def _coalesced_reduction(plan: _Planner) -> int | None:
   """The longest REDUCE axis when some global input is read contiguously along it for GPU_COALESCED_MIN
   elements or more (a gemm's row-major activations along K) and it has no sibling (a fused SwiGLU's two products keep the blocked split),
@@ -313,17 +345,38 @@ def _share_coalesced(plan: _Planner, axis: int, tracked: list[int]) -> tuple[int
   of GPT-2's MLP (2.0x) and a LLaMA SwiGLU (2.7x) over the blocked split; measured with the unroll: the
   whole MLP 1.55x, the GPT-2 block 1.49x, the SwiGLU 1.47x, the float16 matmul 256 1.6x faster."""
   size, run = plan.size(axis), _contiguous_run(plan, axis)
-  g = next((g for g in GPU_COALESCED_GROUPS if size % g == 0 and run % g == 0 and size // g >= GPU_COALESCED_MIN), 1)
+  g = next((g for g in GPU_COALESCED_GROUPS if size % g == 0 and run % g == 0 and _reduce_iterations(plan) // g >= GPU_COALESCED_MIN), 1)
   if g == 1: return 1, tracked
   done, tracked = _split(plan, axis, g, AxisType.GROUP_REDUCE, tracked)
   return (g if done else 1), tracked
 
 
+def _workgroup_threads(plan: _Planner, order: list[int], budget: int, inner: int) -> int:
+  """The threads `_workgroup` gives axes `order` (the first three) out of `budget`."""
+  left = budget
+  for n, axis in enumerate(order[:3]):
+    if left < 2 or not isinstance(size := plan.size(axis), int): continue
+    left //= max(d for d in range(1, min(size, min(left, inner) if n == 0 else left) + 1) if size % d == 0)
+  return budget // left
+
+
+def _most_threads(plan: _Planner, first: list[int], others: list[int], budget: int, inner: int) -> list[int]:
+  """`others` with the axes that give the most threads after `first` in the dimensions left moved to the
+  front (inner ones preferred among equals); in their order where that order gives as many."""
+  slots = 3 - len(first)
+  if slots <= 0 or len(others) <= slots: return others
+  best = max(itertools.combinations(others, slots), key=lambda c: _workgroup_threads(plan, first + list(c), budget, inner))
+  if _workgroup_threads(plan, first + list(best), budget, inner) <= _workgroup_threads(plan, first + others, budget, inner): return others
+  return list(best) + [i for i in others if i not in best]
+
+
 def _workgroup(plan: _Planner, first: list[int], budget: int, inner: int) -> None:
   """LOCAL threads over up to three output axes, `first` (the tile's axes, contiguous one first) before
   the others, each the largest divisor of the axis within what is left of `budget` (the contiguous axis
-  at most `inner`)."""
-  order = first + sorted((i for i in plan.axes(AxisType.GLOBAL) if i not in first), reverse=True)
+  at most `inner`). The others are taken inner axis first, unless axes further out give more threads in
+  the dimensions left: a bitonic sort's stage over (8192, 2, 2, 2) took 2 x 2 x 2 threads a workgroup."""
+  others = sorted((i for i in plan.axes(AxisType.GLOBAL) if i not in first), reverse=True)
+  order = first + _most_threads(plan, first, others, budget, inner)
   for n in range(min(3, len(order))):
     axis, size = order[n], plan.size(order[n])
     if budget < 2 or not isinstance(size, int): continue

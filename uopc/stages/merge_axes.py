@@ -17,16 +17,17 @@ when
 Each such sum then has c * m in place of c * (B * a + b), the AFTERs and the END name m, and the merge
 repeats until no pair is left (three adjacent axes become one).
 
-On a GPU the output loops beside a reduction (LOOPs nested with no REDUCE loop: an instance norm's 32 x 32
-outputs beside its statistics over 32 x 32) merge the same way, so that a workgroup row (uopc.stages.gpu_rows)
-shares them with the merged reductions: the whole instance norm is one kernel of rows of 1024, like a
-layernorm's (4 x 64 x 32 x 32 on an H200: 0.0155 ms in three kernels before).
+On a GPU the output loops (LOOPs nested with no REDUCE loop) merge the same way. Beside a reduction (an instance
+norm's 32 x 32 outputs beside its statistics over 32 x 32) a workgroup row (uopc.stages.gpu_rows) then shares them
+with the merged reductions: the whole instance norm is one kernel of rows of 1024, like a layernorm's (4 x 64 x 32
+x 32 on an H200: 0.0155 ms in three kernels before). In an elementwise kernel the workgroup gets one long axis
+where it had short ones: a bitonic sort's stages over (64, 2, 2, ..., 2) (tinygrad's topk) ran workgroups of
+2 x 2 x 2 threads, the grid's three dimensions (65 launches: 0.46 -> 0.25 ms on an H200).
 
 Invariants: m visits the same (a, b) in the same order as the two loops did, so every value, float
-reductions included, is bit for bit what the unmerged kernel computes; only REDUCE loops, and on GPUs LOOPs
-beside a reduction, of constant size merge (the output loops of other kernels keep their shape, which the
-schedules of elementwise kernels rely on); m takes a's axis id, so the axis order of everything else is
-unchanged.
+reductions included, is bit for bit what the unmerged kernel computes; only REDUCE loops, and on GPUs LOOPs,
+of constant size merge (on CPUs the output loops keep their shape, which cpu_schedule's vector and thread choices
+were measured with); m takes a's axis id, so the axis order of everything else is unchanged.
 """
 from __future__ import annotations
 
@@ -40,7 +41,7 @@ _AFFINE = (Ops.ADD, Ops.MUL)
 
 def merge_reduce_axes(sink: UOp, beside: bool = False) -> UOp:
   """Every mergeable pair of adjacent REDUCE loops merged (module docstring); with `beside` (GPU targets) also
-  adjacent LOOPs beside a reduction."""
+  adjacent LOOPs that no REDUCE loop is nested in."""
   while (found := _mergeable(sink, beside)) is not None: sink = _merge(sink, *found)
   return sink
 
@@ -55,8 +56,8 @@ def _mergeable(sink: UOp, beside: bool) -> tuple[UOp, UOp, UOp, frozenset[UOp]] 
   for u in nodes:
     for s in u.src: users[s] = users.get(s, 0) + 1
   reduces = {r for r in nodes if _axis(r, AxisType.REDUCE)}
-  near = nested_with(sink) if beside and reduces else {}
-  def beside_loop(r: UOp) -> bool: return bool(near) and _axis(r, AxisType.LOOP) and not near.get(r, frozenset()) & reduces
+  near = nested_with(sink) if beside else {}
+  def beside_loop(r: UOp) -> bool: return beside and _axis(r, AxisType.LOOP) and not near.get(r, frozenset()) & reduces
   for u in nodes:
     if u.op is not Ops.END or len(u.src) != 2 or u.src[0].op is not Ops.END or len(u.src[0].src) != 2: continue
     a, b = u.src[1], u.src[0].src[1]

@@ -121,9 +121,10 @@ def _gpu_heuristics(plan: _Planner) -> None:
   if transposed_elementwise(plan, inner): return
   pad_ragged_elementwise(plan, inner)
   plan.split_by_first(inner, (4,), AxisType.UPCAST)
-  if isinstance(size := plan.size(inner), int) and not any(size % k == 0 for k in (256, 128, 64, 32)):
-    # a short or odd contiguous axis (a 28-wide image row: 7 vectors) gives fewer than a warp: the workgroup spans
-    # the next axes too (batch-norm's normalization of 8 x 64 x 28 x 28 ran one thread a workgroup: 0.07 ms)
+  if isinstance(size := plan.size(inner), int) and not any(size % k == 0 for k in (256, 128, 64)):
+    # a short or odd contiguous axis (a 28-wide image row: 7 vectors) gives fewer than two warps: the workgroup
+    # spans the next axes too (batch-norm's normalization of 8 x 64 x 28 x 28 ran one thread a workgroup: 0.07 ms;
+    # a bitonic sort's stages of rows of 128, 32 threads)
     from uopc.stages.gpu_schedule import GPU_WORKGROUP_ELEMENTWISE, _workgroup
     _workgroup(plan, [inner], GPU_WORKGROUP_ELEMENTWISE, GPU_WORKGROUP_ELEMENTWISE)
     return
