@@ -77,3 +77,34 @@ def test_not_is_logical_on_bool_and_bitwise_on_ints():
   assert (lib("bnot", np.array([True, False])) == [False, True]).all()
   x = np.array([0, 1, -1, 12345], np.int16)
   assert (lib("inot", x) == ~x).all()
+
+
+def test_division_by_a_power_of_two_of_a_non_negative_value_is_a_shift_where_the_target_divides():
+  """-t c keeps IDIV/MOD by other constants (the compiler's), but a power of two into a value min_max proves
+  non-negative becomes SHR/AND: a C vector's division went lane by lane (bilinear upsampling's index math)."""
+  lib, dt = Library(capabilities("c")), dtypes.int32
+  zero, k, m = UOp.const(dt, 0), UOp.const(dt, 256), UOp.const(dt, 7)
+  def clamped(a): return UOp(Ops.MAX, dt, (a, zero))
+  ops = {
+    "div": ops_in(lib.add("pow2_div", lambda a: UOp(Ops.IDIV, dt, (clamped(a), k)), [dt], dt)),
+    "mod": ops_in(lib.add("pow2_mod", lambda a: UOp(Ops.MOD, dt, (clamped(a), k)), [dt], dt)),
+    "signed": ops_in(lib.add("any_sign", lambda a: UOp(Ops.IDIV, dt, (a, k)), [dt], dt)),
+    "seven": ops_in(lib.add("mod_seven", lambda a: UOp(Ops.MOD, dt, (clamped(a), m)), [dt], dt)),
+  }
+  assert Ops.SHR in ops["div"] and Ops.IDIV not in ops["div"] and Ops.AND in ops["mod"] and Ops.MOD not in ops["mod"]
+  assert Ops.IDIV in ops["signed"] and Ops.MOD in ops["seven"]  # a negative dividend, another divisor: as they were
+  a = RNG.integers(-2**31, 2**31, 4096, dtype=np.int64).astype(np.int32)
+  pos = np.maximum(a, 0)
+  np.testing.assert_array_equal(lib("pow2_div", a), pos // 256)
+  np.testing.assert_array_equal(lib("pow2_mod", a), pos % 256)
+  np.testing.assert_array_equal(lib("any_sign", a), np.fix(a / 256).astype(np.int32))
+  np.testing.assert_array_equal(lib("mod_seven", a), pos % 7)
+
+
+def test_a_vector_divided_by_a_broadcast_power_of_two_is_a_vector_shift():
+  dt, n = dtypes.int32, 8
+  x = UOp(Ops.DEFINE_VAR, dt, (), ("x", 0, 1000))
+  vec = UOp(Ops.STACK, dt.vec(n), (x,) * n)
+  k = UOp(Ops.STACK, dt.vec(n), (UOp.const(dt, 16),) * n)
+  out = isel(UOp(Ops.SINK, dtypes.void, (UOp(Ops.IDIV, dt.vec(n), (vec, k)),)), capabilities("c"))
+  assert Ops.IDIV not in ops_in(out) and any(u.op is Ops.SHR and u.dtype == dt.vec(n) and u.src[1].op is Ops.STACK for u in out.toposort())

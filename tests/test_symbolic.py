@@ -266,6 +266,15 @@ def test_reassociation_wraps_like_the_machine():
   assert out is add(w, c(-56, dtypes.int8))
 
 
+def test_constant_products_distribute_over_constant_sums():
+  # tinygrad's interpolate indexes ((r - 126) * -1 + 1) * -1 + 128: r + 1
+  r = rng(128, 2)
+  assert simplified(add(mul(add(mul(add(r, c(-126)), c(-1)), c(1)), c(-1)), c(128))) is add(r, c(1))
+  assert simplified(mul(add(X, c(3)), c(5))) is add(mul(X, c(5)), c(15))
+  w = var("w", -100, 100, dtypes.int8)  # wraps as the machine does: (w + 100) * 3 = 3w + 44 (mod 256)
+  assert simplified(mul(add(w, c(100, dtypes.int8)), c(3, dtypes.int8))) is add(mul(w, c(3, dtypes.int8)), c(44, dtypes.int8))
+
+
 def test_float_constants_are_not_reassociated():
   fx = var("f", 0, 1, F)
   before = add(add(fx, c(0.1, F)), c(0.2, F))

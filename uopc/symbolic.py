@@ -311,6 +311,11 @@ def _reassociate(outer: UOp, x: UOp, c1: UOp, c2: UOp) -> UOp | None:
   return x.alu(outer.op, UOp.const(outer.dtype, v))
 
 
+def _distribute(outer: UOp, x: UOp, c1: UOp, c2: UOp) -> UOp:
+  v = exec_alu(Ops.MUL, outer.dtype, outer.dtype, (c1.arg, c2.arg))
+  return x.alu(Ops.MUL, c2).alu(Ops.ADD, UOp.const(outer.dtype, v))
+
+
 # ---- gates and selects -------------------------------------------------------------------------------
 def _load_gate(ld: UOp, idx: UOp, alt: UOp, gate: UOp) -> UOp | None:
   g = known_value(gate)
@@ -366,6 +371,8 @@ symbolic_rules = Rules([
   (Pat(Ops.ADD, src=(Pat(Ops.ADD, src=(xi, Pat.cvar("c1"))), Pat.cvar("c2")), name="outer"), _reassociate),
   (Pat(Ops.MUL, src=(Pat(Ops.MUL, src=(xi, Pat.cvar("c1"))), Pat.cvar("c2")), name="outer"), _reassociate),
   ((xi + Pat.cvar("c1")) + Pat(where=_not_const, name="y"), lambda x, c1, y: x.alu(Ops.ADD, y).alu(Ops.ADD, c1)),
+  # (x+c1)*c2 -> x*c2 + c1*c2: exact for wrapping integers (tinygrad's interpolate writes ((r-126)*-1+1)*-1+128 = r+1)
+  (Pat(Ops.MUL, src=(Pat(Ops.ADD, src=(xi, Pat.cvar("c1"))), Pat.cvar("c2")), name="outer"), _distribute),
   # division and remainder
   ((xi // y) * y + xi % y, lambda x, y: x),
   # a floor division of a non-negative value by a positive constant is the truncating one

@@ -317,6 +317,10 @@ def _min_max(u: UOp) -> tuple:
   if op in GroupOp.Movement or op in (Ops.INDEX, Ops.AFTER) or op in GroupOp.Markers: return src[0].min_max if src else rng
   # a copy (LOAD of a tensor) keeps its source's values; a load through a pointer can read anything
   if op is Ops.LOAD: return src[0].min_max if src and not src[0].dtype.is_ptr() and src[0].dtype == dt else rng
+  if op is Ops.STACK and src and dt.count > 1:  # a vector made of its lanes: the range of them all
+    lanes = [s.min_max for s in src]
+    if any(lo is None or hi is None or isinstance(lo, float) != isinstance(lanes[0][0], float) for lo, hi in lanes): return rng
+    return (min(lo for lo, _ in lanes), max(hi for _, hi in lanes))
   if op is Ops.CAST:
     lo, hi = src[0].min_max
     if lo is None: return rng

@@ -10,7 +10,9 @@ The decompositions are rules on the rewrite engine, each applied only where the 
 - THREEFRY: Threefry-2x32 (SPEC-NOTES) on uint32 halves;
 - FLOORDIV/FLOORMOD: truncating IDIV/MOD and a correction where the signs differ;
 - IDIV/MOD by a constant, on targets without a hardware integer divider: multiply-high and shift,
-  exact over the dividend's whole min_max range (64-bit through 32x32->64 partial products).
+  exact over the dividend's whole min_max range (64-bit through 32x32->64 partial products); on the
+  others by a power of two of a dividend min_max proves non-negative: a shift and a mask (a C vector's
+  division goes lane by lane, a shift is one instruction).
 
 No current target is 32-bit-only for integers (C, LLVM, PTX, AMDGPU and Metal all have 64-bit
 integer ops), so 64-bit integer ops are not split into 32-bit pairs.
@@ -198,10 +200,28 @@ def idiv_const(x: UOp, d: int) -> UOp:
 
 
 def _div_by_const(u: UOp, x: UOp, d: UOp, ctx) -> UOp | None:
-  if ctx.caps.int_division or not isinstance(d.arg, int) or d.arg == 0: return None
-  if not isinstance(x.vmin, int) or not isinstance(x.vmax, int): return None
+  if not isinstance(d.arg, int) or d.arg == 0 or not isinstance(x.vmin, int) or not isinstance(x.vmax, int): return None
+  if ctx.caps.int_division: return _pow2_div(u, x, d.arg)
+  if x.dtype.count > 1: return None
   q = idiv_const(x, d.arg)
   return q if u.op is Ops.IDIV else sub(x, mul(q, c(q, d.arg)))
+
+
+def _pow2_div(u: UOp, x: UOp, d: int) -> UOp | None:
+  """IDIV/MOD of a value min_max proves non-negative by a power of two: a shift and a mask (on targets
+  with a divider, which leave other constants to it; a C vector's division goes lane by lane)."""
+  if d < 0 or d & (d - 1) or x.vmin < 0: return None
+  n = x.dtype.count
+  def k(v: int) -> UOp:  # a constant like x; a vector's is its lanes' STACK, as Expand makes them
+    return c(x, v) if n == 1 else UOp(Ops.STACK, x.dtype, (UOp.const(x.dtype.scalar, v),) * n)
+  return x.alu(Ops.SHR, k(d.bit_length() - 1)) if u.op is Ops.IDIV else x.alu(Ops.AND, k(d - 1))
+
+
+def _vector_div(u: UOp, x: UOp, d: UOp, ctx) -> UOp | None:
+  """IDIV/MOD of a vector by a constant broadcast into every lane (a STACK of one CONST)."""
+  k = d.src[0]
+  if not ctx.caps.int_division or k.op is not Ops.CONST or any(s is not k for s in d.src) or not isinstance(k.arg, int): return None
+  return _pow2_div(u, x, k.arg) if isinstance(x.vmin, int) else None
 
 
 # ---- the stage -----------------------------------------------------------------------------------------
@@ -278,6 +298,7 @@ def _fuse_lane(m: UOp, g: UOp, acc: UOp, ctx: IselContext) -> UOp | None:
 
 ISEL_RULES = Rules([
   (Pat((Ops.IDIV, Ops.MOD), src=(Pat.var("x"), Pat.cvar("d")), name="u"), _div_by_const),
+  (Pat((Ops.IDIV, Ops.MOD), src=(Pat.var("x"), Pat(Ops.STACK, name="d")), name="u"), _vector_div),
   (Pat(Ops.ADD, src=(Pat(Ops.MUL, src=(Pat.var("a"), Pat.var("b"))), Pat.var("acc")), commutative=True),
    lambda a, b, acc, ctx: _fuse_mulacc(a, b, acc, ctx)),
   (Pat(Ops.ADD, src=(Pat(Ops.GEP, src=(Pat(Ops.MUL, name="m"),), name="g"), Pat.var("acc")), commutative=True),
