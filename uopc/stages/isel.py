@@ -202,7 +202,6 @@ def idiv_const(x: UOp, d: int) -> UOp:
 def _div_by_const(u: UOp, x: UOp, d: UOp, ctx) -> UOp | None:
   if not isinstance(d.arg, int) or d.arg == 0 or not isinstance(x.vmin, int) or not isinstance(x.vmax, int): return None
   if ctx.caps.int_division: return _pow2_div(u, x, d.arg)
-  if x.dtype.count > 1: return None
   q = idiv_const(x, d.arg)
   return q if u.op is Ops.IDIV else sub(x, mul(q, c(q, d.arg)))
 
