@@ -402,8 +402,7 @@ class _Renderer:
     # loads they address, which whole int64 vectors would make gcc extract one by one (conv3x3: 35 -> 313 ms)
     if dtypes.index in (dt.scalar, *(s.dtype.scalar for s in u.src)): return None
     if op is Ops.CAST: return self._vector_cast(u.src[0].dtype, dt, xs[0])
-    if op is Ops.WHERE:  # by a mask or a bool vector computed whole; lane by lane on bools put together lane by lane
-      if u.src[0] not in self.masks and u.src[0] not in self.whole: return None
+    if op is Ops.WHERE:  # by a mask, or a bool vector (computed whole or put together lane by lane) made one
       return _select(xs[0], xs[1], xs[2], dt, convert=u.src[0] not in self.masks)
     src = u.src[0].dtype
     # bools that gate loads and stores lane by lane are made lane by lane too (packing them into a vector
