@@ -390,6 +390,10 @@ symbolic_rules = Rules([
 ])
 
 
+from uopc.symbolic_gates import gate_rules  # noqa: E402  (its functions use the names above)
+symbolic_rules = symbolic_rules + gate_rules
+
+
 def simplify(u: UOp) -> UOp:
   """`u` with `symbolic_rules` applied bottom-up until none applies."""
   return graph_rewrite(u, symbolic_rules, bottom_up=True)

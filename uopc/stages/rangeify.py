@@ -85,6 +85,8 @@ from uopc.stages.fusion_cost import reads_something
 from uopc.stages.gpu_graph import gpu_graph
 from uopc.stages.kernel_program import BufferInfo, Collective, KernelProgram, Launch
 from uopc.stages.reduce_collapse import collapse
+from uopc.stages.reduce_trim import trim
+from uopc.symbolic_gates import simplify_given
 from uopc.symbolic import simplify
 from uopc.uop import UOp, is_data_view, shape_values, sint
 
@@ -207,6 +209,9 @@ _IDENTITY = {Ops.ADD: 0, Ops.MUL: 1}
 _DIVISIONS = frozenset({Ops.IDIV, Ops.MOD, Ops.FLOORDIV, Ops.FLOORMOD})
 
 
+_ONE_TO_ONE = frozenset({Ops.RESHAPE, Ops.PERMUTE, Ops.SHRINK, Ops.PAD, Ops.FLIP}) | GroupOp.Markers
+
+
 def _identity(op: Ops, dt: DType):
   if op is Ops.MAX: return -float("inf") if dt.is_float() else dt.min
   v = _IDENTITY[op]
@@ -226,6 +231,12 @@ class _Kernel(FusionChecks):
     self.beside: list[tuple[UOp, set[UOp], list[UOp]]] = []  # fused REDUCEs read at a prefix of the output loops (GPU)
     self.reduce_outers: list[tuple[UOp, ...]] = []  # the loops around each reduction loop
     self.deferred: list[list[UOp]] = []  # values to realize if the reductions being lowered keep their loops
+    self.merged: dict[UOp, list[UOp]] = {}  # a REDUCE lowered as more loops of the enclosing one: its loop list
+
+  def buffer_size(self, index: UOp) -> int | None:
+    """The element count of the program buffer an INDEX addresses (None: an accumulator, or symbolic)."""
+    if (slot := _slot(index)) is None or (buf := self.program.by_slot.get(slot)) is None: return None
+    return prod(buf.shape) if all(isinstance(d, int) for d in buf.shape) else None
 
   @staticmethod
   def ptr(buf: BufferInfo) -> UOp: return UOp(Ops.PARAM, buf.dtype.ptr(), (), (buf.slot, buf.name))
@@ -321,6 +332,15 @@ class _Kernel(FusionChecks):
       base_idx.append(v if v.dtype == dtypes.index else UOp(Ops.CAST, dtypes.index, (v,)))
     return self.lower(u.src[0], tuple(base_idx) + idx[pos:], valid)
 
+  def nested_reduce(self, u: UOp) -> UOp | None:
+    """The REDUCE of u's op that u's source is, through movement ops that read each element once (no
+    EXPAND): lowered as more loops of u's reduction (`merged`), exact for MAX and integers and a reorder
+    of a float sum (a PAD between gates each term, and its fill is 0 either way)."""
+    v = u.src[0]
+    while v.op in _ONE_TO_ONE and v not in self.program.buffer_of and not _is_constant(v): v = v.src[0]
+    if v.op is not Ops.REDUCE or v.arg[0] is not u.arg[0] or v.dtype != u.dtype or v in self.program.buffer_of: return None
+    return None if v in self.program.fusing or _is_constant(v) else v
+
   def reduce(self, u: UOp, idx: tuple[UOp, ...], valid: UOp | None) -> UOp:
     red, axes = u.arg
     src, dt = u.src[0], u.dtype
@@ -330,6 +350,10 @@ class _Kernel(FusionChecks):
       if src.shape[a] == 1: continue
       inner[a] = self.new_range(src.shape[a], AxisType.REDUCE)
       ranges.append(inner[a])
+    if (loops := self.merged.pop(u, None)) is not None:  # the enclosing reduction's loops: its own go first
+      loops[:0] = ranges
+      return self.lower(src, tuple(inner), valid)
+    if ranges and (nested := self.nested_reduce(u)) is not None: self.merged[nested] = ranges
     if not ranges:
       if u in self.program.fusing: self.check_fused(u, idx, valid)
       return self.lower(src, tuple(inner), valid)
@@ -342,8 +366,11 @@ class _Kernel(FusionChecks):
     except (_Unfused, _Nested):  # a realization found while lowering its body: one deferred before it goes first
       if not self.deferred[-1]: raise
       raise _Unfused(self.deferred[-1][0]) from None
-    finally: self.enclosing.pop(); repeated = self.deferred.pop()  # noqa: E702
-    if len(ranges) == 1 and (closed := collapse(red, simplify(value), ranges[0])) is not None:
+    finally:
+      self.enclosing.pop(); repeated = self.deferred.pop()  # noqa: E702
+      if ranges: self.merged.pop(nested, None)  # not met (its value was lowered before): it kept its own loops
+    value, ranges = trim(value, ranges, _identity(red, dt), self.buffer_size)
+    if len(ranges) == 1 and (closed := collapse(red, simplify_given(value, valid), ranges[0])) is not None:
       del self.reduce_outers[mine]  # no loop after all (an arange's count: a masked softmax's mask holds one per row)
       return closed
     for v in repeated: self.unfuse(v)
