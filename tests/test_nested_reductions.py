@@ -90,3 +90,28 @@ def test_an_accumulator_initialised_inside_an_unrolled_axis_gets_one_element_per
   regs = [line for line in printed.getvalue().splitlines() if "BUFFER" in line and ", reg," in line]
   sizes = sorted(int(line.rsplit(",", 1)[1].rstrip(">").strip()) for line in regs)
   assert sizes == [1, 5], regs   # the inner sum: one per outer lane; the outer sum: one, its lanes contracted
+
+
+def _kernels(tmp_path, text: str, target: str) -> list[str]:
+  (tmp_path / "s.uop").write_text(text)
+  printed = io.StringIO()
+  build(tmp_path / "s.uop", BuildOptions(target, tmp_path / target, name=LIB, print_after=("rangeify",), print_out=printed,
+                                         emit=("source",) if target == "c" else ("ptx",)))
+  return printed.getvalue().split("# kernel ")[1:]
+
+
+def test_a_sum_of_row_sums_is_one_reduction_rows_outermost(tmp_path):
+  """x.sum(1).sum(0) on a CPU: one accumulator, the row loop around the column loop (so that what depends on
+  the row alone is computed once per row); on a GPU the 1000-long row sums stay a kernel of their own, whose
+  rows run side by side (merged, the 64000 elements would be one workgroup's)."""
+  f = Func("rows")
+  x, out = f.param("x", (64, 1000)), f.param("out", (1,), out=True)
+  f.store(out, f.reshape(f.reduce(f.reshape(f.reduce(x, "ADD", (1,)), (64,)), "ADD", (0,)), (1,)))
+  (cpu,) = _kernels(tmp_path, f.text(), "c")
+  assert cpu.count(": ptr<f32, reg, 1>") == 1, cpu
+  loops = [line.split("RANGE(")[1].split(")")[0] for line in cpu.splitlines() if "AxisType.REDUCE" in line]
+  assert loops == ["64", "1000"], cpu
+  assert len(_kernels(tmp_path, f.text(), "cuda")) == 2
+  x_val = np.random.default_rng(0).standard_normal((64, 1000)).astype(np.float32)
+  got = run_file(tmp_path / "s.uop", target="c", inputs={"x": x_val}).arrays["out"]
+  np.testing.assert_allclose(got, [x_val.astype(np.float64).sum()], rtol=1e-5, atol=1e-3)

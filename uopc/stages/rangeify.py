@@ -80,7 +80,7 @@ from uopc.stages.buffer_versions import data_srcs as _data_srcs, reads_before_wr
 from uopc.stages.callify import bind_arguments
 from uopc.stages.contiguous_copy import contiguous_copy
 from uopc.stages.cpu_graph import cpu_graph
-from uopc.stages.fusion_checks import FusionChecks, _Nested, _ranges, _Unfused
+from uopc.stages.fusion_checks import NESTED_MIN, FusionChecks, _Nested, _ranges, _Unfused
 from uopc.stages.fusion_cost import reads_something
 from uopc.stages.gpu_graph import gpu_graph
 from uopc.stages.kernel_program import BufferInfo, Collective, KernelProgram, Launch
@@ -334,12 +334,28 @@ class _Kernel(FusionChecks):
 
   def nested_reduce(self, u: UOp) -> UOp | None:
     """The REDUCE of u's op that u's source is, through movement ops that read each element once (no
-    EXPAND): lowered as more loops of u's reduction (`merged`), exact for MAX and integers and a reorder
-    of a float sum (a PAD between gates each term, and its fill is 0 either way)."""
+    EXPAND), and whose own source runs no reduction: lowered as more loops of u's reduction (`merged`),
+    exact for MAX and integers and a reorder of a float sum (a PAD between gates each term, and its fill
+    is 0 either way). Not on a GPU where it is long (NESTED_MIN or more): realized, its rows run side by
+    side on the grid (a mean of 64 row sums of 1000 would be one workgroup's 64000 elements)."""
     v = u.src[0]
     while v.op in _ONE_TO_ONE and v not in self.program.buffer_of and not _is_constant(v): v = v.src[0]
     if v.op is not Ops.REDUCE or v.arg[0] is not u.arg[0] or v.dtype != u.dtype or v in self.program.buffer_of: return None
-    return None if v in self.program.fusing or _is_constant(v) else v
+    if v in self.program.fusing or _is_constant(v) or self.reduces_inside(v.src[0]): return None
+    if self.program.realize_nested and prod(v.src[0].shape[a] for a in v.arg[1]) >= NESTED_MIN: return None  # GPU: rows side by side
+    return v
+
+  def reduces_inside(self, u: UOp) -> bool:
+    """Does computing u run a reduction (one not realized)? Merged into the enclosing sum's loops, a row's
+    statistics (a log-softmax's inside a mean of row sums) would move with them."""
+    stack, seen = [u], set()
+    while stack:
+      n = stack.pop()
+      if n in seen or n in self.program.buffer_of or _is_constant(n): continue
+      seen.add(n)
+      if n.op is Ops.REDUCE: return True
+      stack.extend(_data_srcs(n))
+    return False
 
   def reduce(self, u: UOp, idx: tuple[UOp, ...], valid: UOp | None) -> UOp:
     red, axes = u.arg
@@ -350,8 +366,8 @@ class _Kernel(FusionChecks):
       if src.shape[a] == 1: continue
       inner[a] = self.new_range(src.shape[a], AxisType.REDUCE)
       ranges.append(inner[a])
-    if (loops := self.merged.pop(u, None)) is not None:  # the enclosing reduction's loops: its own go first
-      loops[:0] = ranges
+    if (loops := self.merged.pop(u, None)) is not None:  # the enclosing reduction's loops, its own inside them
+      loops.extend(ranges)
       return self.lower(src, tuple(inner), valid)
     if ranges and (nested := self.nested_reduce(u)) is not None: self.merged[nested] = ranges
     if not ranges:
