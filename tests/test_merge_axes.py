@@ -81,7 +81,7 @@ def test_an_instance_norm_is_one_kernel_of_rows_on_gpus(tmp_path):
   def norm(x): return (x - x.mean((2, 3), keepdim=True)) * (x.var((2, 3), keepdim=True) + 1e-5).rsqrt()
   text = uopc.export(norm, tinygrad.Tensor.empty(2, 8, 16, 16), name="inorm")
   [(axes, _)] = optimized_text(text)
-  assert axes == "g2 g8 l64 u4 G64 r4 G64 r4"
+  assert axes == "g16 l64 u4 G64 r4 G64 r4"  # the batch and channel loops merged too
   [(cpu_axes, _)] = optimized_text(text, "c")  # one kernel too: its reductions merged, its two 16-wide output loops not
   assert "R256" in cpu_axes and cpu_axes.count("u8") == 2
   (tmp_path / "inorm.uop").write_text(text)
@@ -90,3 +90,22 @@ def test_an_instance_norm_is_one_kernel_of_rows_on_gpus(tmp_path):
   x64 = x.astype(np.float64)
   want = (x64 - x64.mean((2, 3), keepdims=True)) / np.sqrt(x64.var((2, 3), keepdims=True, ddof=1) + 1e-5)
   np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-5)
+
+
+def test_the_positions_of_a_pointwise_convolution_merge_into_a_staged_gemm_on_gpus(tmp_path):
+  """1x1 convolution 1x256x28x28 -> 512: its outputs (c, h, w) read x at (k, h * 28 + w): on a GPU h and w become
+  one axis of 784 around the reduction, which the staged gemm takes (its tiles fit no 28-wide axis); a padded
+  3x3 convolution's gates read h on its own, so its positions stay two axes. In the emulator: numpy's result."""
+  tinygrad = pytest.importorskip("tinygrad", reason="tinygrad 0.14 is not installed (pip install -e '.[test]')")
+  text = uopc.export(lambda x, w: x.conv2d(w), tinygrad.Tensor.empty(1, 256, 28, 28), tinygrad.Tensor.empty(512, 256, 1, 1), name="pw")
+  [(axes, opts)] = optimized_text(text)
+  assert "STAGE" in opts and "g28" not in axes, (axes, opts)
+  conv = uopc.export(lambda x, w: x.conv2d(w, padding=1), tinygrad.Tensor.empty(1, 8, 28, 28), tinygrad.Tensor.empty(8, 8, 3, 3), name="c3")
+  [(conv_axes, _)] = optimized_text(conv)
+  assert "784" not in conv_axes, conv_axes
+  small = uopc.export(lambda x, w: x.conv2d(w), tinygrad.Tensor.empty(1, 16, 12, 12), tinygrad.Tensor.empty(32, 16, 1, 1), name="pw")
+  (tmp_path / "pw.uop").write_text(small)
+  rng = np.random.default_rng(4)
+  x, w = rng.standard_normal((1, 16, 12, 12)).astype(np.float32), rng.standard_normal((32, 16, 1, 1)).astype(np.float32)
+  got = run_file(tmp_path / "pw.uop", target="cuda", inputs={"x": x, "w": w}, emulated=True).arrays["out"]
+  np.testing.assert_allclose(got, np.einsum("ok,khw->ohw", w[:, :, 0, 0], x[0])[None], rtol=1e-5, atol=1e-5)

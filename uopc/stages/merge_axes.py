@@ -17,7 +17,12 @@ when
 Each such sum then has c * m in place of c * (B * a + b), the AFTERs and the END name m, and the merge
 repeats until no pair is left (three adjacent axes become one).
 
-On a GPU the output loops (LOOPs nested with no REDUCE loop) merge the same way. Beside a reduction (an instance
+On a GPU the output loops (LOOPs) merge the same way. Around a reduction, the positions of a 1x1 convolution or of a
+linear layer whose output is permuted back to channels first (ConvNeXt's, MobileNet's pointwise layers: outputs (c, h,
+w), inputs read at (h * W + w) * C + k) become the one long axis of a gemm, which the staged schedule takes
+(uopc.stages.local_staging; its tiles did not fit a 28- or 56-wide axis): 1x256x28x28 -> 512 channels on an H200,
+0.047 -> 0.022 ms, a ConvNeXt block 0.153 -> 0.086 ms. A padded window's gates read h alone, so its axes stay apart.
+Beside a reduction (an instance
 norm's 32 x 32 outputs beside its statistics over 32 x 32) a workgroup row (uopc.stages.gpu_rows) then shares them
 with the merged reductions: the whole instance norm is one kernel of rows of 1024, like a layernorm's (4 x 64 x 32
 x 32 on an H200: 0.0155 ms in three kernels before). In an elementwise kernel the workgroup gets one long axis
@@ -41,7 +46,7 @@ _AFFINE = (Ops.ADD, Ops.MUL)
 
 def merge_reduce_axes(sink: UOp, beside: bool = False) -> UOp:
   """Every mergeable pair of adjacent REDUCE loops merged (module docstring); with `beside` (GPU targets) also
-  adjacent LOOPs that no REDUCE loop is nested in."""
+  adjacent LOOPs."""
   while (found := _mergeable(sink, beside)) is not None: sink = _merge(sink, *found)
   return sink
 
@@ -57,7 +62,7 @@ def _mergeable(sink: UOp, beside: bool) -> tuple[UOp, UOp, UOp, frozenset[UOp]] 
     for s in u.src: users[s] = users.get(s, 0) + 1
   reduces = {r for r in nodes if _axis(r, AxisType.REDUCE)}
   near = nested_with(sink) if beside else {}
-  def beside_loop(r: UOp) -> bool: return beside and _axis(r, AxisType.LOOP) and not near.get(r, frozenset()) & reduces
+  def beside_loop(r: UOp) -> bool: return beside and _axis(r, AxisType.LOOP)
   for u in nodes:
     if u.op is not Ops.END or len(u.src) != 2 or u.src[0].op is not Ops.END or len(u.src[0].src) != 2: continue
     a, b = u.src[1], u.src[0].src[1]
