@@ -5,6 +5,7 @@ BARRIERs), with the tiles the heuristics give large kernels forced onto small on
 keeps a register tile's accumulators in registers and assembles for sm_80 and sm_90."""
 from __future__ import annotations
 
+import math
 import numpy as np
 import pytest
 
@@ -230,3 +231,17 @@ def test_strided_shared_reductions_compute_what_c_does(f, tmp_path):
   want = run_file(path, target="c", seed=4).arrays
   got = run_file(path, target="cuda", inputs={k: v for k, v in want.items() if k != "out"}, emulated=True).arrays["out"]
   np.testing.assert_allclose(got, want["out"], rtol=1e-5, atol=1e-5)
+
+
+def test_a_short_shared_reduction_keeps_half_the_threads_a_large_gpu_needs():
+  """LeNet's second convolution (64 x 16 x 8 x 8 outputs of 6 x 5 x 5 products): the reduction's two runs of
+  GPU_GROUP_MIN can double the threads at most, so the register tile leaves at least GPU_MIN_THREADS / 4 (a 4 x 8
+  tile had left 2048, 4096 shared: 0.069 ms for the whole LeNet on an H200, 0.054 with 4 x 4)."""
+  tinygrad = pytest.importorskip("tinygrad")
+  import uopc
+  from test_gpu_rows import optimized_text
+  from uopc.stages.gpu_schedule import GPU_MIN_THREADS
+  text = uopc.export(lambda x, w: x.conv2d(w), tinygrad.Tensor.empty(64, 6, 12, 12), tinygrad.Tensor.empty(16, 6, 5, 5), name="c")
+  [(axes, _)] = optimized_text(text)
+  threads = math.prod(int(t[1:]) for t in axes.split() if t[0] in "glG")
+  assert threads >= GPU_MIN_THREADS // 2, axes

@@ -166,11 +166,16 @@ def _tile(plan: _Planner, inner: int | None, other: int | None, shareable: bool,
           extra: tuple[tuple[int, int], ...] = ()) -> tuple[int, int]:
   """(u_inner, u_other): the largest tile of GPU_TILES that divides the axes, keeps GPU_TILE_ACCS
   accumulators or fewer (`accs` per tile element) and leaves GPU_MIN_THREADS threads (GPU_TILE_THREADS
-  where the reduction can be shared to make up the rest, GPU_SMALL_TILE_THREADS for a tile along both
+  where the reduction can be shared to make up the rest, GPU_MIN_THREADS over the sharing a short reduction
+  allows where that is more, GPU_SMALL_TILE_THREADS for a tile along both
   axes of at most GPU_COALESCED_ACCS accumulators: 4 x 8 loads 12 values for 32 products where 4 x 4 loads
   8 for 16; a tile along one axis loads one value a product however long), else (1, 1)."""
   total = math.prod(plan.size(i) for i in plan.axes(AxisType.GLOBAL) if isinstance(plan.size(i), int))
-  floor = GPU_TILE_THREADS if shareable else GPU_MIN_THREADS
+  # sharing makes up at most as many threads as the reduction has runs of GPU_GROUP_MIN: a tile must leave half of
+  # GPU_MIN_THREADS after that (LeNet's second convolution, 150 a output, 2 runs, took a 4 x 8 tile for 2048 threads,
+  # shared by 2: 4096 threads, 57 us on an H200; a 3x3 convolution's 576 keep their 4 x 8 tile)
+  least = GPU_MIN_THREADS // (2 * max(1, _reduce_iterations(plan) // GPU_GROUP_MIN))
+  floor = max(GPU_TILE_THREADS, least) if shareable else GPU_MIN_THREADS
   def divides(axis: int | None, k: int) -> bool: return k == 1 or (axis is not None and plan.size(axis) % k == 0)
   def shape(ui: int, uo: int) -> tuple[int, int]: return (ui if inner is not None else 1, uo if other is not None else 1)
   tiles = sorted(GPU_TILES + extra, key=lambda t: -t[0] * t[1])  # stable: GPU_TILES' order among equal sizes
@@ -178,7 +183,7 @@ def _tile(plan: _Planner, inner: int | None, other: int | None, shareable: bool,
             if divides(inner, s[0]) and divides(other, s[1]) and s[0] * s[1] * accs <= GPU_TILE_ACCS]
   def enough(s: tuple[int, int]) -> bool:  # a tile past 64 elements only where it keeps GPU_MIN_THREADS unshared
     small = shareable and min(s) > 1 and s[0] * s[1] * accs <= GPU_COALESCED_ACCS  # a 2-D tile: growing it raises reuse
-    return total // (s[0] * s[1]) >= (GPU_MIN_THREADS if s[0] * s[1] > 64 else GPU_SMALL_TILE_THREADS if small else floor)
+    return total // (s[0] * s[1]) >= (GPU_MIN_THREADS if s[0] * s[1] > 64 else max(GPU_SMALL_TILE_THREADS, least) if small else floor)
   return next((s for s in shapes if enough(s)), (1, 1))
 
 
