@@ -77,6 +77,19 @@ def test_an_even_position_gives_back_what_it_halved():
   assert_same_where_gated(before, after)
 
 
+def test_a_division_the_gate_keeps_non_negative_divides_a_clamped_dividend():
+  """(w - j) % 2 in a gate that also holds w - j >= 0 (and in the load it guards): max(w - j, 0) % 2, equal where
+  the gate holds and known non-negative (then a mask, not a signed remainder)."""
+  w, j = rng(8, 0), rng(3, 1)
+  z = add(w, mul(j, c(-1)))
+  gate = _and(lt(c(-1), z), lt(mod(z, c(2)), c(1)))
+  before = gated_load(idiv(z, c(2)), gate)
+  after = simplify(before)
+  divisions = [u for u in after.toposort() if u.op in (Ops.MOD, Ops.IDIV)]
+  assert divisions and all(u.src[0].vmin >= 0 for u in divisions), after
+  assert_same_where_gated(before, after)
+
+
 def test_a_gate_that_allows_the_wrapped_case_is_left_alone():
   """Without the gate clause that excludes y < 0 the remainder wraps there: nothing may change."""
   i, h = rng(4, 0), rng(28, 1)

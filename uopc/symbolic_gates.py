@@ -137,22 +137,47 @@ def _divisible(gate: UOp) -> tuple[tuple[UOp, UOp], ...]:
 
 def guarded(expr: UOp, gate: UOp) -> UOp:
   """`expr` rewritten for where `gate` holds: the split facts, the divisibility facts, and the divisions
-  whose dividend the gate's bounds fix (`simplify_given`)."""
+  whose dividend the gate's bounds fix (`simplify_given`) or keep non-negative (`_non_negative`)."""
   facts = dict(gate_facts(gate)) | dict(_divisible(gate))
   out = substitute(expr, facts) if facts else expr
-  return _divisions_given(out, _bounds(gate))
+  return _non_negative(_divisions_given(out, _bounds(gate)), _bounds(gate))
+
+
+def _non_negative(expr: UOp, bounds: dict) -> UOp:
+  """Each index division or remainder by a constant whose dividend may be negative over the ranges but not
+  where the gate holds divides max(dividend, 0): equal there, and known non-negative, so that Instruction
+  Selection makes a power of two a shift or a mask (max pooling's backward: `(w - j) % 2` under `w - j >= 0`
+  took a 64-bit rem on the GPU per lane and tap)."""
+  if not bounds: return expr
+  from uopc.symbolic import linear_form
+  mapping = {}
+  for u in expr.toposort():
+    if u.op not in (Ops.MOD, Ops.IDIV) or u.dtype is not dtypes.index or u.src[1].op is not Ops.CONST or u.src[1].arg <= 1: continue
+    x = u.src[0]
+    if x.vmin >= 0 or x.op is Ops.MAX: continue
+    form = dict(linear_form(x))
+    if _gated_range({a: k for a, k in form.items() if a is not None}, bounds)[0] + form.get(None, 0) < 0: continue
+    mapping[u] = x.alu(Ops.MAX, UOp.const(x.dtype, 0)).alu(u.op, u.src[1])
+  return substitute(expr, mapping) if mapping else expr
+
+
+def _self_guarded(gate: UOp) -> UOp:
+  """The gate with its own divisions made non-negative where its other clauses bound their dividends (where
+  those clauses are false the gate is false whatever the division gives)."""
+  bounds = _bounds(gate)
+  return _non_negative(gate, bounds) if bounds else gate
 
 
 def _load(ld: UOp, idx: UOp, alt: UOp, gate: UOp) -> UOp | None:
   if gate.dtype is not dtypes.bool: return None
   facts = gate_facts(gate)
-  return ld.replace(src=(guarded(idx, gate), alt, _rewritten_gate(gate, facts) if facts else gate))
+  return ld.replace(src=(guarded(idx, gate), alt, _rewritten_gate(gate, facts) if facts else _self_guarded(gate)))
 
 
 def _where(w: UOp, gate: UOp, a: UOp, b: UOp) -> UOp | None:
   if gate.dtype is not dtypes.bool: return None
   facts = gate_facts(gate)
-  return w.replace(src=(_rewritten_gate(gate, facts) if facts else gate, guarded(a, gate), b))
+  return w.replace(src=(_rewritten_gate(gate, facts) if facts else _self_guarded(gate), guarded(a, gate), b))
 
 
 gate_rules = Rules([

@@ -207,8 +207,9 @@ def _div_by_const(u: UOp, x: UOp, d: UOp, ctx) -> UOp | None:
 
 
 def _pow2_div(u: UOp, x: UOp, d: int) -> UOp | None:
-  """IDIV/MOD of a value min_max proves non-negative by a power of two: a shift and a mask (on targets
-  with a divider, which leave other constants to it; a C vector's division goes lane by lane)."""
+  """IDIV/MOD of a value min_max proves non-negative by a power of two: a shift and a mask (scalars on targets
+  with a divider, which leave other constants to it; vectors on every target: a vector's division by another
+  constant goes lane by lane)."""
   if d < 0 or d & (d - 1) or x.vmin < 0: return None
   n = x.dtype.count
   def k(v: int) -> UOp:  # a constant like x; a vector's is its lanes' STACK, as Expand makes them
@@ -217,9 +218,9 @@ def _pow2_div(u: UOp, x: UOp, d: int) -> UOp | None:
 
 
 def _vector_div(u: UOp, x: UOp, d: UOp, ctx) -> UOp | None:
-  """IDIV/MOD of a vector by a constant broadcast into every lane (a STACK of one CONST)."""
+  """IDIV/MOD of a vector by a power of two broadcast into every lane (a STACK of one CONST)."""
   k = d.src[0]
-  if not ctx.caps.int_division or k.op is not Ops.CONST or any(s is not k for s in d.src) or not isinstance(k.arg, int): return None
+  if k.op is not Ops.CONST or any(s is not k for s in d.src) or not isinstance(k.arg, int): return None
   return _pow2_div(u, x, k.arg) if isinstance(x.vmin, int) else None
 
 
