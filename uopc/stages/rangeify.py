@@ -279,6 +279,10 @@ class _Kernel(FusionChecks):
       if op in _DIVISIONS and valid is not None and u.dtype.scalar.is_int():
         # outside `valid` (a PAD's fill) the loads read their alt value 0: divide by 1 there, not by 0 (UB)
         lowered = (lowered[0], UOp(Ops.WHERE, lowered[1].dtype, (valid, lowered[1], UOp.const(lowered[1].dtype, 1))))
+      if op in (Ops.SHL, Ops.SHR) and valid is not None:
+        # likewise shift by 0 there: index arithmetic outside the PAD (an arange's -1 one place before its start)
+        # may be any value, and a shift by it out of [0, bits) is undefined even where its result is not selected
+        lowered = (lowered[0], UOp(Ops.WHERE, lowered[1].dtype, (valid, lowered[1], UOp.const(lowered[1].dtype, 0))))
       return u.replace(src=lowered)
     if op is Ops.AFTER and (base := _strip_after(u)) in self.program.buffer_of:
       return self.load(self.program.read(base, _version(u)), idx, valid)
