@@ -625,3 +625,25 @@ def test_a_shift_outside_a_pad_is_by_zero(tmp_path, target):
   (tmp_path / "s.uop").write_text(SHIFTED_CUMSUM)
   got = run_file(tmp_path / "s.uop", target=target, emulated=True).arrays["out"]
   assert got.tolist() == list(np.cumsum([i << i for i in range(5)]))
+
+
+PADDED_CAST = """func padcast {
+  %x = PARAM([3]) {(0, "x")} : f32
+  %r = RECIP(%x)
+  %c = CAST(%r) : i32
+  %p = PAD(%c, [2], [5])
+  %out = PARAM([5]) {(1, "out")} : i32
+  %st = STORE(%out, %p)
+  SINK(%st)
+}
+"""
+
+
+@pytest.mark.parametrize("target", ["c", "cuda"])
+def test_a_float_to_int_cast_outside_a_pad_casts_zero(tmp_path, target):
+  """Outside the PAD's gate the load reads 0 and 1/0 is inf, whose cast to an integer is undefined even where the
+  PAD does not select it (the differential fuzzer, seed 1122): the cast's operand is 0 there."""
+  from uopc.run import run_file
+  (tmp_path / "p.uop").write_text(PADDED_CAST)
+  got = run_file(tmp_path / "p.uop", target=target, inputs={"x": np.array([2, 4, 0.5], np.float32)}, emulated=True).arrays["out"]
+  assert got.tolist() == [0, 0, 0, 0, 2]

@@ -279,6 +279,9 @@ class _Kernel(FusionChecks):
       if op in _DIVISIONS and valid is not None and u.dtype.scalar.is_int():
         # outside `valid` (a PAD's fill) the loads read their alt value 0: divide by 1 there, not by 0 (UB)
         lowered = (lowered[0], UOp(Ops.WHERE, lowered[1].dtype, (valid, lowered[1], UOp.const(lowered[1].dtype, 1))))
+      if op is Ops.CAST and valid is not None and src[0].dtype.scalar.is_float() and not u.dtype.scalar.is_float() and not u.dtype.scalar.is_bool():
+        # a float read as 0 there may become inf or NaN (1/0) before the cast, which is undefined out of range
+        lowered = (UOp(Ops.WHERE, lowered[0].dtype, (valid, lowered[0], UOp.const(lowered[0].dtype, 0.0))),)
       if op in (Ops.SHL, Ops.SHR) and valid is not None:
         # likewise shift by 0 there: index arithmetic outside the PAD (an arange's -1 one place before its start)
         # may be any value, and a shift by it out of [0, bits) is undefined even where its result is not selected
