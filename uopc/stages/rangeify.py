@@ -33,7 +33,9 @@
    fill 0), down to LOADs of the buffers. A REDUCE computed inline becomes an accumulator: a REG
    BUFFER of one element, its init STORE (placed inside the loops its value depends on, through
    AFTER on those RANGEs), `RANGE(.., REDUCE)` loops over the reduced axes with the update STORE, END,
-   and a LOAD after the END; unless `reduce_collapse` gives it in closed form (arange's window sums).
+   and a LOAD after the END; unless `reduce_collapse` gives it in closed form (arange's window sums). Its
+   loops are cut to what its gate lets through (`reduce_trim`), and a sum of sums is one reduction
+   (`nested_sums`). Under a PAD's mask an op that values outside it could make undefined gets safe operands.
 
 3. Writing a buffer that is also read. A tensor program reads a buffer's value as of a moment: a
    PARAM or BUFFER read plainly is its value on entry, `AFTER(buf, STORE(buf, ..))` the value that
@@ -80,10 +82,11 @@ from uopc.stages.buffer_versions import data_srcs as _data_srcs, reads_before_wr
 from uopc.stages.callify import bind_arguments
 from uopc.stages.contiguous_copy import contiguous_copy
 from uopc.stages.cpu_graph import cpu_graph
-from uopc.stages.fusion_checks import NESTED_MIN, FusionChecks, _Nested, _ranges, _Unfused
+from uopc.stages.fusion_checks import FusionChecks, _Nested, _ranges, _Unfused
 from uopc.stages.fusion_cost import reads_something
 from uopc.stages.gpu_graph import gpu_graph
 from uopc.stages.kernel_program import BufferInfo, Collective, KernelProgram, Launch
+from uopc.stages.nested_sums import nested_reduce
 from uopc.stages.reduce_collapse import collapse
 from uopc.stages.reduce_trim import trim
 from uopc.symbolic_gates import simplify_given
@@ -209,7 +212,17 @@ _IDENTITY = {Ops.ADD: 0, Ops.MUL: 1}
 _DIVISIONS = frozenset({Ops.IDIV, Ops.MOD, Ops.FLOORDIV, Ops.FLOORMOD})
 
 
-_ONE_TO_ONE = frozenset({Ops.RESHAPE, Ops.PERMUTE, Ops.SHRINK, Ops.PAD, Ops.FLIP}) | GroupOp.Markers
+def _defined_outside(u: UOp, lowered: tuple[UOp, ...], valid: UOp) -> tuple[UOp, ...]:
+  """u's operands with those whose value outside a PAD's `valid` could make u undefined replaced there (u's
+  result is not selected there, but undefined behaviour is undefined anyway): the loads read their alt value 0,
+  so an integer divisor is 1, a float cast to an integer 0 (1/0 would be inf), and a shift amount 0 (index
+  arithmetic there may be any value: an arange's -1 one place before its start)."""
+  op, dt = u.op, u.dtype.scalar
+  def where(x: UOp, v) -> UOp: return UOp(Ops.WHERE, x.dtype, (valid, x, UOp.const(x.dtype, v)))
+  if op in _DIVISIONS and dt.is_int(): return (lowered[0], where(lowered[1], 1))
+  if op in (Ops.SHL, Ops.SHR): return (lowered[0], where(lowered[1], 0))
+  if op is Ops.CAST and u.src[0].dtype.scalar.is_float() and not dt.is_float() and not dt.is_bool(): return (where(lowered[0], 0.0),)
+  return lowered
 
 
 def _identity(op: Ops, dt: DType):
@@ -276,17 +289,7 @@ class _Kernel(FusionChecks):
       if op is Ops.BITCAST and u.dtype.itemsize != src[0].dtype.itemsize:
         raise CompileError([error(None, f"BITCAST between sizes ({src[0].dtype} to {u.dtype}) is not supported in tensor programs")])
       lowered = tuple(self.lower(s, _broadcast_index(idx, s.shape, u.shape), valid) for s in src)
-      if op in _DIVISIONS and valid is not None and u.dtype.scalar.is_int():
-        # outside `valid` (a PAD's fill) the loads read their alt value 0: divide by 1 there, not by 0 (UB)
-        lowered = (lowered[0], UOp(Ops.WHERE, lowered[1].dtype, (valid, lowered[1], UOp.const(lowered[1].dtype, 1))))
-      if op is Ops.CAST and valid is not None and src[0].dtype.scalar.is_float() and not u.dtype.scalar.is_float() and not u.dtype.scalar.is_bool():
-        # a float read as 0 there may become inf or NaN (1/0) before the cast, which is undefined out of range
-        lowered = (UOp(Ops.WHERE, lowered[0].dtype, (valid, lowered[0], UOp.const(lowered[0].dtype, 0.0))),)
-      if op in (Ops.SHL, Ops.SHR) and valid is not None:
-        # likewise shift by 0 there: index arithmetic outside the PAD (an arange's -1 one place before its start)
-        # may be any value, and a shift by it out of [0, bits) is undefined even where its result is not selected
-        lowered = (lowered[0], UOp(Ops.WHERE, lowered[1].dtype, (valid, lowered[1], UOp.const(lowered[1].dtype, 0))))
-      return u.replace(src=lowered)
+      return u.replace(src=_defined_outside(u, lowered, valid) if valid is not None else lowered)
     if op is Ops.AFTER and (base := _strip_after(u)) in self.program.buffer_of:
       return self.load(self.program.read(base, _version(u)), idx, valid)
     if op in GroupOp.Markers or op in (Ops.AFTER, Ops.LOAD): return self.lower(src[0], idx, valid)
@@ -339,31 +342,6 @@ class _Kernel(FusionChecks):
       base_idx.append(v if v.dtype == dtypes.index else UOp(Ops.CAST, dtypes.index, (v,)))
     return self.lower(u.src[0], tuple(base_idx) + idx[pos:], valid)
 
-  def nested_reduce(self, u: UOp) -> UOp | None:
-    """The REDUCE of u's op that u's source is, through movement ops that read each element once (no
-    EXPAND), and whose own source runs no reduction: lowered as more loops of u's reduction (`merged`),
-    exact for MAX and integers and a reorder of a float sum (a PAD between gates each term, and its fill
-    is 0 either way). Not on a GPU where it is long (NESTED_MIN or more): realized, its rows run side by
-    side on the grid (a mean of 64 row sums of 1000 would be one workgroup's 64000 elements)."""
-    v = u.src[0]
-    while v.op in _ONE_TO_ONE and v not in self.program.buffer_of and not _is_constant(v): v = v.src[0]
-    if v.op is not Ops.REDUCE or v.arg[0] is not u.arg[0] or v.dtype != u.dtype or v in self.program.buffer_of: return None
-    if v in self.program.fusing or _is_constant(v) or self.reduces_inside(v.src[0]): return None
-    if self.program.realize_nested and prod(v.src[0].shape[a] for a in v.arg[1]) >= NESTED_MIN: return None  # GPU: rows side by side
-    return v
-
-  def reduces_inside(self, u: UOp) -> bool:
-    """Does computing u run a reduction (one not realized)? Merged into the enclosing sum's loops, a row's
-    statistics (a log-softmax's inside a mean of row sums) would move with them."""
-    stack, seen = [u], set()
-    while stack:
-      n = stack.pop()
-      if n in seen or n in self.program.buffer_of or _is_constant(n): continue
-      seen.add(n)
-      if n.op is Ops.REDUCE: return True
-      stack.extend(_data_srcs(n))
-    return False
-
   def reduce(self, u: UOp, idx: tuple[UOp, ...], valid: UOp | None) -> UOp:
     red, axes = u.arg
     src, dt = u.src[0], u.dtype
@@ -376,7 +354,7 @@ class _Kernel(FusionChecks):
     if (loops := self.merged.pop(u, None)) is not None:  # the enclosing reduction's loops, its own inside them
       loops.extend(ranges)
       return self.lower(src, tuple(inner), valid)
-    if ranges and (nested := self.nested_reduce(u)) is not None: self.merged[nested] = ranges
+    if ranges and (nested := nested_reduce(self.program, u)) is not None: self.merged[nested] = ranges  # uopc.stages.nested_sums
     if not ranges:
       if u in self.program.fusing: self.check_fused(u, idx, valid)
       return self.lower(src, tuple(inner), valid)
