@@ -1,9 +1,11 @@
-"""--fp-contract=fast and MULACC {"fused"}: a float multiply feeding an add becomes one fused multiply-add
-(rounded once) on the targets that form them (cuda: fma.rn, amd: llvm.fma), and only with the flag (or
---fast-math); an explicit MULACC {"fused"} is rounded once on every target and in the emulator; any
-other MULACC arg is a located error."""
+"""--fp-contract and MULACC {"fused"}: a float multiply feeding an add becomes one fused multiply-add
+(rounded once) on the targets that form them (cuda: fma.rn, amd: llvm.fma), by default there (as nvcc does)
+and with --fp-contract=fast or --fast-math, never with --fp-contract=off; the CPU targets form none; an
+explicit MULACC {"fused"} is rounded once on every target and in the emulator; any other MULACC arg is a
+located error."""
 from __future__ import annotations
 
+import re
 import subprocess
 import sys
 
@@ -56,15 +58,25 @@ def test_another_mulacc_arg_is_a_located_error(tmp_path):
 def _ptx(tmp_path, **opts) -> str:
   path = tmp_path / "gemm.uop"
   path.write_text(gemm(64, 64, 64).text())
-  out = tmp_path / ("fused" if opts else "plain")
+  out = tmp_path / ("_".join(f"{k}{v}" for k, v in opts.items()) or "default")
   build(path, BuildOptions(target="cuda", out_dir=out, emit=("ptx",), **opts))
   return (out / "gemm.ptx").read_text()
 
 
-def test_only_the_flag_or_fast_math_fuses_a_gemms_products(tmp_path):
-  assert "fma.rn.f32" not in _ptx(tmp_path)
-  fused = _ptx(tmp_path, fp_contract=True)
-  assert fused.count("fma.rn.f32") >= 4 and "mul.rn.f32" not in fused
+def test_cuda_fuses_a_gemms_products_unless_the_flag_says_off(tmp_path):
+  plain = _ptx(tmp_path, fp_contract=False)
+  assert "fma.rn.f32" not in plain and "mul.rn.f32" in plain and "add.rn.f32" in plain
+  for opts in ({}, {"fp_contract": True}, {"fast_math": True}):
+    fused = _ptx(tmp_path, **opts)
+    assert fused.count("fma.rn.f32") >= 4 and "mul.rn.f32" not in fused, opts
+
+
+def test_the_c_target_fuses_nothing_by_default(tmp_path):
+  path = tmp_path / "gemm.uop"
+  path.write_text(gemm(16, 16, 16).text())
+  build(path, BuildOptions(target="c", out_dir=tmp_path / "c", emit=("source",)))
+  src = (tmp_path / "c" / "gemm.c").read_text()
+  assert not re.search(r"\bfmaf?\(", src)
 
 
 @needs_ptxas
@@ -76,8 +88,44 @@ def test_the_fused_ptx_assembles(tmp_path):
 def test_the_cli_flag_reaches_the_build(tmp_path):
   path = tmp_path / "gemm.uop"
   path.write_text(gemm(64, 64, 64).text())
-  for flag, fused in (("off", False), ("fast", True)):
-    done = subprocess.run([sys.executable, "-m", "uopc", "build", str(path), "-t", "cuda", "--emit", "ptx", "--fp-contract", flag,
-                           "-o", str(tmp_path / flag)], capture_output=True, text=True)
+  for flag, fused in ((("--fp-contract", "off"), False), (("--fp-contract", "fast"), True), ((), True)):
+    out = tmp_path / (flag[-1] if flag else "default")
+    done = subprocess.run([sys.executable, "-m", "uopc", "build", str(path), "-t", "cuda", "--emit", "ptx", *flag,
+                           "-o", str(out)], capture_output=True, text=True)
     assert done.returncode == 0, done.stderr
-    assert ("fma.rn.f32" in (tmp_path / flag / "gemm.ptx").read_text()) is fused
+    assert ("fma.rn.f32" in (out / "gemm.ptx").read_text()) is fused
+
+
+_MUL_ADD = """func f {
+  %a = PARAM([4]) {(0, "a")} : f32
+  %b = PARAM([4]) {(1, "b")} : f32
+  %c = PARAM([4]) {(2, "c")} : f32
+  %out = PARAM([4]) {(3, "out")} : f32
+  %0 = MUL(%a, %b)
+  %1 = ADD(%0, %c)
+  STORE(%out, %1)
+}
+"""
+
+
+@pytest.mark.parametrize("target, fused_by_default", [("cuda", True), ("amd", True), ("c", False), ("llvm", False)])
+def test_a_multiply_feeding_an_add_is_fused_by_default_on_gpu_targets_only(tmp_path, target, fused_by_default):
+  """ADD(MUL) in the emulator as each target lowers it: rounded once (2^-24) where the target fuses by default,
+  twice (0) with --fp-contract=off and on the CPU targets."""
+  path = tmp_path / "f.uop"
+  path.write_text(_MUL_ADD)
+  for contract, fused in ((None, fused_by_default), (False, False)):
+    got = run_file(path, target=target, inputs=_inputs(), emulated=True, fp_contract=contract).arrays["out"]
+    np.testing.assert_array_equal(got, np.full(4, 2.0 ** -24 if fused else 0.0, np.float32), err_msg=f"{target} {contract}")
+
+
+def test_uopc_run_takes_the_flag(tmp_path):
+  path = tmp_path / "f.uop"
+  path.write_text(_MUL_ADD)
+  for name, arr in _inputs().items(): np.save(tmp_path / f"{name}.npy", arr)
+  ins = [a for n in "abc" for a in ("--input", f"{n}={tmp_path / f'{n}.npy'}")]
+  for flag, want in ((("--fp-contract", "off"), 0.0), ((), 2.0 ** -24)):
+    done = subprocess.run([sys.executable, "-m", "uopc", "run", str(path), "-t", "cuda", "--emulate", *ins, *flag,
+                           "--output", f"out={tmp_path / 'out.npy'}"], capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr
+    np.testing.assert_array_equal(np.load(tmp_path / "out.npy"), np.full(4, want, np.float32))

@@ -206,11 +206,11 @@ def _comma_list(ctx, param, value: str | None) -> tuple[str, ...] | None:
                    "Off by default: float32 EXP2, LOG2, SIN, SQRT, RECIP and DIV are then within 2 ULP of the correctly "
                    "rounded result on every finite input (SIN: |x| up to 1e4), special values (inf, NaN, -0.0, "
                    "subnormals) right, float16/bfloat16 computed in float32 and rounded once.")
-@click.option("--fp-contract", type=click.Choice(["off", "fast"]), default="off", show_default=True,
-              help="fast: fuse a float multiply feeding an add into one fused multiply-add, rounded once (as nvcc and "
-                   "-ffp-contract=fast do; -t cuda fma.rn, -t amd llvm.fma), where the target forms them; results then "
-                   "differ from the IR's two roundings in the last bits, and are more accurate. off: every operation "
-                   "rounds as the IR says. --fast-math implies fast.")
+@click.option("--fp-contract", type=click.Choice(["off", "fast"]), default=None,
+              help="fast: fuse a float multiply feeding an add into one fused multiply-add, rounded once (-t cuda fma.rn, "
+                   "-t amd llvm.fma; -t c, llvm and metal form none); results then differ from the IR's two roundings in "
+                   "the last bits, and are more accurate. off: every operation rounds as the IR says. Default: fast on "
+                   "-t cuda and -t amd (as nvcc, nvrtc and hipcc do), off on the others. --fast-math implies fast.")
 @click.option("--allow-tf32", is_flag=True,
               help="-t cuda: float32 gemms may run on the tensor cores as tf32 (inputs rounded to 10 mantissa bits, "
                    "products summed in float32: about 1e-3 relative error, as torch's allow_tf32). Off by default.")
@@ -249,11 +249,11 @@ def build(file, target, out_dir, emit, archs, opt_level, print_before, print_aft
     from uopc.tune.command import build_schedules
     from uopc.tune.kernels import numeric_modes
     schedule, variant_schedules = build_schedules(file, tuning_db, target, name, archs or (), cpu, schedule, tuning_report,
-                                                  modes=numeric_modes(fp_contract == "fast", allow_tf32))
+                                                  modes=numeric_modes(resolved.contract(_contract(fp_contract)), allow_tf32))
   out = Path(out_dir)
   depfile = Path(dep_file) if dep_file else (out / f"{name}.d" if make_deps else None)
   run_build(file, BuildOptions(resolved, out, emit, int(opt_level), print_before, print_after, None, depfile, name, archs or (), allow_custom=allow_custom,
-                               schedule=schedule, variant_schedules=variant_schedules, fast_math=fast_math, fp_contract=fp_contract == "fast",
+                               schedule=schedule, variant_schedules=variant_schedules, fast_math=fast_math, fp_contract=_contract(fp_contract),
                                allow_tf32=allow_tf32, cpu=cpu))
 
 
@@ -304,11 +304,14 @@ def _int_pairs(ctx, param, values) -> dict[str, int]:
 @click.option("--output", "outputs", multiple=True, callback=_pairs, metavar="NAME=FILE.npy",
               help="Save a buffer to FILE.npy instead of printing the results (repeatable).")
 @click.option("--emulate", is_flag=True, help="Run the target's kernels in the reference emulator.")
+@click.option("--fp-contract", type=click.Choice(["off", "fast"]), default=None,
+              help="As `uopc build --fp-contract`, for the kernels --emulate runs (default: the target's: fused "
+                   "multiply-adds on -t cuda and -t amd, none on the others).")
 @verbose_option
 @compiler_command
-def run(file, entry, target, inputs, variables, seed, outputs, emulate):
+def run(file, entry, target, inputs, variables, seed, outputs, emulate, fp_contract):
   from uopc.run import format_result, load_inputs, run_file, save_outputs
-  result = run_file(file, entry, target, load_inputs(inputs), variables, seed, emulate)
+  result = run_file(file, entry, target, load_inputs(inputs), variables, seed, emulate, fp_contract=_contract(fp_contract))
   if outputs: save_outputs(result, outputs)
   else: click.echo(format_result(result), nl=False)
 
@@ -397,8 +400,9 @@ Examples:
               "sm_90a on an H100 or H200, whose kernels take wgmma where they can, else the GPU's own, e.g. sm_80). Entries "
               "for sm_90a serve a default build's sm_90a image, and its other kernels too where they pin no warpgroup tile.")
 @click.option("--name", default=None, help="NAME, as in `uopc build --name` (the kernels' names in the database).")
-@click.option("--fp-contract", type=click.Choice(["off", "fast"]), default="off", show_default=True,
-              help="Tune the kernels as `uopc build --fp-contract=fast` builds them (their entries are only for such builds).")
+@click.option("--fp-contract", type=click.Choice(["off", "fast"]), default=None,
+              help="Tune the kernels as `uopc build --fp-contract=...` builds them (default: the target's, as `uopc build`); "
+                   "entries serve only builds with the same setting.")
 @click.option("--allow-tf32", is_flag=True, help="-t cuda: tune as `uopc build --allow-tf32` builds (tf32 tensor cores); entries only for such builds.")
 @click.option("--retune", is_flag=True, help="Search again the kernels the database already has.")
 @click.option("--merge", "merge", is_flag=True, help="Merge the databases FILES into -o (on a kernel in several, the fastest entry).")
@@ -412,9 +416,14 @@ def tune_cmd(files, target, db_path, budget, kernel_budget, beam, jobs, shard, c
   if len(files) != 1: raise click.UsageError("tune takes one FILE (or --merge DB...)")
   if db_path is None: raise click.UsageError("tune needs --db DB.json (the database to write)")
   options = TuneOptions(target, cpu, arch, parse_budget(budget, "--budget"), parse_budget(kernel_budget, "--kernel-budget") if kernel_budget else None,
-                        beam, jobs, parse_shard(shard), retune=retune, name=name, fp_contract=fp_contract == "fast",
+                        beam, jobs, parse_shard(shard), retune=retune, name=name, fp_contract=_contract(fp_contract),
                         allow_tf32=allow_tf32)
   click.echo(tune(files[0], db_path, options))
+
+
+def _contract(choice: str | None) -> bool | None:
+  """--fp-contract's answer: True (fast), False (off), None (not given: the target's default, Target.contract)."""
+  return None if choice is None else choice == "fast"
 
 
 def _write_atomic(path: Path, text: str) -> None:

@@ -88,7 +88,7 @@ class BuildOptions:
   variant_schedules: Mapping[tuple[str, ...], Mapping[str, tuple]] = field(default_factory=dict)
   allow_custom: bool = False       # compile CUSTOM/CUSTOMI (unchecked target source text)
   fast_math: bool = False          # allow the targets' approximate instructions (below the accuracy bar of the README)
-  fp_contract: bool = False        # --fp-contract=fast: fuse float ADD(MUL) into one multiply-add (cuda, amd)
+  fp_contract: bool | None = None  # fuse float ADD(MUL) into one multiply-add (--fp-contract); None: the target's default (Target.contract)
   allow_tf32: bool = False         # --allow-tf32: float32 gemms on the tf32 tensor cores (cuda)
   cpu: str = "portable"            # -t c: the instruction set the library is built for (CPU_LEVELS)
   env: Mapping[str, str] = field(default_factory=lambda: os.environ)

@@ -95,7 +95,7 @@ def _linearize(target: Target) -> Callable[[UOp, str], UOp]:
 
 def pipeline(target: str | Target, loc_of: Callable[[UOp], Any] = lambda u: None, schedule: Mapping[str, tuple] | None = None,
              relocate: Callable[[UOp, UOp], None] = lambda old, new: None, fast_math: bool = False,
-             vector_bytes: int | None = None, archs: tuple[str, ...] = (), fp_contract: bool = False,
+             vector_bytes: int | None = None, archs: tuple[str, ...] = (), fp_contract: bool | None = None,
              allow_tf32: bool = False) -> tuple[Stage, ...]:
   """`target`'s stages in seed 000's order (a Target, or its name, resolved here once); `loc_of` lets a renderer point a refusal (an op the target
   lacks) at the source; `schedule` maps kernel names to the opts --opts pins for them; `relocate(old,
@@ -103,9 +103,10 @@ def pipeline(target: str | Target, loc_of: Callable[[UOp], Any] = lambda u: None
   lets Instruction Selection and the renderer use the target's approximate instructions; `vector_bytes`
   is the width of the CPU's vector registers that -t c builds for (`--cpu`; None: the portable one);
   `archs` the GPU archs of the build (--arch; (): the target's defaults), whose limits Optimize meets;
-  `fp_contract` (--fp-contract=fast) lets Instruction Selection fuse a float ADD(MUL) into one multiply-add;
-  `allow_tf32` (--allow-tf32) lets float32 gemms take the tf32 tensor cores."""
+  `fp_contract` (--fp-contract) lets Instruction Selection fuse a float ADD(MUL) into one multiply-add (None: the
+  target's default, Target.contract); `allow_tf32` (--allow-tf32) lets float32 gemms take the tf32 tensor cores."""
   t = as_target(target)
+  fp_contract = t.contract(fp_contract)
   return (Stage("callify", _callify), Stage("rangeify", _rangeify(t.name)), Stage("optimize", _optimize(t, schedule, relocate, vector_bytes, archs, allow_tf32,
                                                                                                               fp_contract or fast_math)),
           Stage("expand", _expand(relocate)), Stage("isel", _isel(t, fast_math, fp_contract)), Stage("linearize", _linearize(t)),
@@ -176,7 +177,7 @@ class ArchVariant:
 
 def compile_module(module: Module, target: str | Target, lib_name: str, opts: PrintOptions = PrintOptions(),
                    schedule: Mapping[str, tuple] | None = None, fast_math: bool = False,
-                   vector_bytes: int | None = None, archs: tuple[str, ...] = (), fp_contract: bool = False,
+                   vector_bytes: int | None = None, archs: tuple[str, ...] = (), fp_contract: bool | None = None,
                    allow_tf32: bool = False, variants: Sequence[ArchVariant] = ()) -> list[EntryKernels]:
   """Every entry of `module` lowered through `target`'s pipeline to its rendered kernels; `schedule`
   pins the opts of the kernels it names (see uopc.stages.optimize.parse_schedule); `vector_bytes` and

@@ -11,8 +11,8 @@ Optimize's GPU heuristics): add 256M, softmax and layernorm 4096x4096 (one fused
 2048, gemm 4096 of float16 inputs with float32 sums (on the tensor cores, TC), and a 3x3 convolution of
 a 32 x 64 x 56 x 56 batch to 64 channels written with tinygrad's conv2d (torch's cuDNN conv2d with TF32
 off as the peer); then gemm 2048 again with pinned opts (GEMM_VARIANTS: the staged tile unstaged, the
-previous heuristics' tile, 2 stages, 128 x 128 workgroups, and --fp-contract=fast / --fast-math, whose fma
-halves the float32 instructions);
+other K depths, unstaged, 128 x 128 workgroups, and --fp-contract=off (the IR's two roundings: twice the float32
+instructions of the default fused multiply-adds) / --fast-math);
 `--hgemm-opts OPTS` (repeatable) also times the float16 gemm 4096 with OPTS pinned on
 its kernel (e.g. 'TC(2,-1,4,7)'), `--hgemm-only` times only that gemm (heuristics and pins); `--gemm-opts`
 and `--gemm-only` do the same for the float32 gemm 2048 (`--gemm-shape M,K,N`: another), `--ragged` times
@@ -281,18 +281,16 @@ def bench_batched_conv(gpu: Driver, timer: Timer, out_dir: pathlib.Path, opts: s
 
 
 STAGED_TILE = "SPLIT(2,8,r),SPLIT(1,4,u),SPLIT(1,16,l),SPLIT(1,2,u),SPLIT(0,4,u),SPLIT(0,8,l),SPLIT(0,2,u)"  # the heuristics' staged gemm
-DEPTH4 = STAGED_TILE.replace("SPLIT(2,8,r)", "SPLIT(2,4,r)")  # ... and its K depth with --fp-contract=fast / --fast-math
-CONTRACT, FAST = {"fp_contract": True}, {"fast_math": True}
+DEPTH4 = STAGED_TILE.replace("SPLIT(2,8,r)", "SPLIT(2,4,r)")  # ... its K depth with fused multiply-adds (the default), 8 without
+OFF, FAST = {"fp_contract": False}, {"fast_math": True}
 ARCHS: tuple[str, ...] = ()  # --arch: the archs every kernel is built for (() : the target's defaults)
-GEMM_VARIANTS = [  # (opts of gemm 2048's kernel, build flags, label); the heuristics' own (STAGE) is the row above
-  (STAGED_TILE, None, "same tile, unstaged"),
-  (DEPTH4 + ",STAGE(2)", None, "k depth 4, STAGE"),
-  ("SPLIT(1,8,u),SPLIT(0,8,u),SPLIT(2,16,l),SPLIT(0,8,l),SPLIT(6,4,r)", None, "previous heuristics, unstaged"),
-  (STAGED_TILE + ",STAGE(3)", None, "STAGE(3)"),
-  (STAGED_TILE.replace("SPLIT(0,8,l)", "SPLIT(0,16,l)") + ",STAGE(2)", None, "128 x 128 a workgroup, STAGE"),
-  (None, CONTRACT, "--fp-contract=fast: fma, the heuristics (k depth 4, STAGE)"),
-  (STAGED_TILE + ",STAGE(2)", CONTRACT, "k depth 8, STAGE, --fp-contract=fast"),
-  (DEPTH4, CONTRACT, "unstaged, --fp-contract=fast"),
+GEMM_VARIANTS = [  # (opts of gemm 2048's kernel, build flags, label); the heuristics' own (fma, STAGE) is the row above
+  (None, OFF, "--fp-contract=off: the IR's two roundings, the heuristics (k depth 8, STAGE)"),
+  (STAGED_TILE + ",STAGE(2)", None, "k depth 8, STAGE"),
+  (DEPTH4, None, "unstaged"),
+  (DEPTH4.replace("SPLIT(0,8,l)", "SPLIT(0,16,l)") + ",STAGE(2)", None, "128 x 128 a workgroup, STAGE"),
+  (STAGED_TILE, OFF, "k depth 8, unstaged, --fp-contract=off"),
+  (DEPTH4 + ",STAGE(2)", OFF, "k depth 4, STAGE, --fp-contract=off"),
   (None, FAST, "--fast-math, the heuristics"),
   (None, {"allow_tf32": True}, "--allow-tf32: tensor cores; torch with allow_tf32 too"),
 ]

@@ -104,17 +104,18 @@ class TargetCaps:
 
 
 def target_caps(target: "str | Target", vector_bytes: int | None = None, archs: tuple[str, ...] = (), tf32: bool = False,
-                contract: bool = False) -> TargetCaps:
+                contract: bool | None = None) -> TargetCaps:
   """CPU targets (c, llvm) and GPU targets (cuda, amd, metal). The CPU targets share the C launcher, which
   runs THREAD axes on worker threads. Both build for the portable baseline by default (x86-64's SSE:
   16-byte registers, 4 x f32); `vector_bytes` is the register width -t c builds for with `--cpu`
   (32 for AVX2, 64 for AVX-512): vector values get that many bytes' worth of f32 lanes, and the
   heuristics size their register tiles by it. A GPU target's `local_bytes` is the least its `Target`
   allows a workgroup on any of `archs` (() : the target's default archs), so one plan runs on all; `tf32`
-  (--allow-tf32) adds the tf32 tensor core for float32 gemms on -t cuda; `contract` (--fp-contract=fast or
-  --fast-math) tells the GPU heuristics that a multiply-add is one instruction, not two."""
+  (--allow-tf32) adds the tf32 tensor core for float32 gemms on -t cuda; `contract` (--fp-contract or --fast-math;
+  None: the target's default) tells the GPU heuristics that a multiply-add is one instruction, not two."""
   from uopc.targets import as_target
   t = as_target(target)
+  contract = t.contract(contract)
   if t.name == "c": return TargetCaps(t.name, gpu=False, threads=True, vector_width=(vector_bytes or 16) // 4, aligned_vectors=False,
                                      masked_loads=(vector_bytes or 16) >= 32)
   if t.name == "llvm": return TargetCaps(t.name, gpu=False, threads=True, vector_width=4, aligned_vectors=False)

@@ -50,6 +50,13 @@ class Target:
   # GPU: the groups of a build's archs that get kernels of their own where a kernel can use what only they have
   # (uopc.pipeline.ArchVariant; the build's own kernels serve the other archs); None: one kernel for all archs
   arch_variants: Callable[[tuple[str, ...]], tuple[tuple[str, ...], ...]] | None = None
+  # float ADD(MUL) becomes one fused multiply-add unless the user says --fp-contract=off: the GPU targets, as nvcc, nvrtc
+  # (so tinygrad's CUDA backend) and hipcc do by default; the CPU targets keep the IR's two roundings by default
+  fp_contract: bool = False
+
+  def contract(self, asked: bool | None) -> bool:
+    """Whether a build fuses float multiply-adds: what --fp-contract asked (None: not given), else this target's default."""
+    return self.fp_contract if asked is None else asked
 
   def render_stage(self, loc_of: Callable[[Any], Loc | None], fast_math: bool = False) -> Callable[[Any, str], Any]:
     return lambda linear, kernel_name: self.render(linear, kernel_name, loc_of, fast_math)

@@ -28,7 +28,7 @@ import os
 import random
 import tempfile
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from uopc.diagnostics import CompileError, error
@@ -59,7 +59,7 @@ class TuneOptions:
   max_seconds: float = 0.5         # a candidate's timed calls stop after this (once MIN_RUNS are done)
   retune: bool = False             # search kernels already in the database again
   name: str | None = None          # NAME (the kernels' C names start with it), as in `uopc build --name`
-  fp_contract: bool = False        # tune the kernels as `uopc build --fp-contract=fast` builds them ...
+  fp_contract: bool | None = None  # tune the kernels as `uopc build --fp-contract` builds them (None: the target's default) ...
   allow_tf32: bool = False         # ... and `--allow-tf32` (keys carry these modes: uopc.tune.kernels.key_arch)
 
 
@@ -110,6 +110,8 @@ def tune_file(path: str, db_path: str, opts: TuneOptions, progress: Progress | N
   if opts.target not in TUNABLE_TARGETS:
     raise CompileError([error(None, f"-t {opts.target} cannot be tuned yet: no timer for its device", f"tunable targets: {', '.join(TUNABLE_TARGETS)}")])
   if opts.cpu != "portable" and opts.target != "c": raise CompileError([error(None, f"--cpu {opts.cpu} is for -t c")])
+  from uopc.targets import get_target
+  opts = replace(opts, fp_contract=get_target(opts.target).contract(opts.fp_contract))
   start = time.monotonic()
   entries = tuning_db.load(db_path, missing_ok=True)
   module = load_checked(path)

@@ -40,4 +40,4 @@ def build(req: BuildRequest) -> dict[str, Path]:
 
 
 TARGET = Target("amd", "AMD GPUs: AMD ISA and HSA code objects per arch (llvmlite, ld.lld), with a HIP launcher library",
-                _render, artifacts, build, default_archs=AMD_ARCHS)
+                _render, artifacts, build, default_archs=AMD_ARCHS, fp_contract=True)

@@ -114,4 +114,4 @@ def _compile(source: Path, so: Path, req: BuildRequest) -> None:
 
 TARGET = Target("cuda", "NVIDIA GPUs: PTX and a fatbin of SASS per arch (ptxas, fatbinary), with a CUDA driver launcher library",
                 _render, artifacts, build, default_archs=DEFAULT_ARCHS, local_bytes=shared_bytes,
-                arch_variants=arch_variants)
+                arch_variants=arch_variants, fp_contract=True)
