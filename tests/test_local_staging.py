@@ -152,8 +152,8 @@ def test_each_layout_of_the_inputs(tmp_path, monkeypatch, a_t, b_t):
 
 def test_a_transposed_output_swaps_the_roles(tmp_path, monkeypatch):
   """c stored N x M: m is the contiguous output axis, so the heuristics' n role (16 threads, runs of 4)
-  goes to m; a is still read down its columns (transposed: 4 lines of 128 + 4, K depth 4 with the default
-  fused multiply-adds) and b along its rows, 512 floats: 128 16-byte copies, one a thread."""
+  goes to m; a is still read down its columns (transposed: 8 lines of 128 + 4, K depth 8) and b along its
+  rows, 512 floats: 128 16-byte copies, one a thread."""
   m, k, n = 128, 32, 64
   f = Func("gct")
   a, b, c = f.param("a", (m, k)), f.param("b", (k, n)), f.param("c", (n, m), out=True)
@@ -162,8 +162,8 @@ def test_a_transposed_output_swaps_the_roles(tmp_path, monkeypatch):
   a2, b2, c2 = big.param("a", (2048, 256)), big.param("b", (256, 1024)), big.param("c", (1024, 2048), out=True)
   big.store(c2, big.permute(big.matmul(a2, b2, 2048, 256, 1024), (1, 0)))
   axes, opts = _heuristic(big)
-  assert axes == "g16 u2 l8 u4 g16 u2 l16 u4 R64 r4" and opts.endswith(",STAGE(2)")
-  assert sorted(t.dtype.size // 2 for t in _locals(_staged(f, opts))) == [16 * 32, 4 * 132]
+  assert axes == "g16 u2 l8 u4 g16 u2 l16 u4 R32 r8" and opts.endswith(",STAGE(2)")
+  assert sorted(t.dtype.size // 2 for t in _locals(_staged(f, opts))) == [16 * 32, 8 * 132]
   x = _inputs(m, k, n)
   got = _same_as_unstaged(tmp_path, monkeypatch, f, x, opts)
   _check_gemm(np.ascontiguousarray(got.reshape(n, m).T), x["a"], x["b"])
@@ -264,33 +264,25 @@ def test_stage_opts_parse_and_print_back():
 # ---- the heuristic, the tuner, ptxas ----------------------------------------------------------------------
 
 
-def _heuristic(f: Func, caps=GPU) -> tuple[str, str]:
+def _heuristic(f: Func) -> tuple[str, str]:
   typed = _typed(f)
-  opts = heuristic_opts(typed, caps)
-  return format_axes(apply_opts(typed, opts, caps, "k")), ",".join(map(str, opts))
-
-
-def depth4(opts: str) -> str:
-  """The staged tiles' K depth with fused multiply-adds (the GPU default: their accumulators need the registers)."""
-  return opts.replace("SPLIT(2,8,r)", "SPLIT(2,4,r)")
+  opts = heuristic_opts(typed, GPU)
+  return format_axes(apply_opts(typed, opts, GPU, "k")), ",".join(map(str, opts))
 
 
 def test_the_heuristics_stage_large_float32_gemms_only():
   axes, opts = _heuristic(gemm(2048, 2048, 2048))
-  assert (axes, opts) == ("g32 u2 l8 u4 g8 u4 l16 u4 R512 r4", depth4(WIDE) + ",STAGE(2)")
-  two_roundings = target_caps("cuda", contract=False)  # --fp-contract=off: a multiply and an add a product, K depth 8
-  assert _heuristic(gemm(2048, 2048, 2048), two_roundings) == ("g32 u2 l8 u4 g8 u4 l16 u4 R256 r8", WIDE + ",STAGE(2)")
-  for flags, want in (({}, depth4(WIDE)), ({"fp_contract": True}, depth4(WIDE)), ({"fast_math": True}, depth4(WIDE)),
-                      ({"fp_contract": False}, WIDE), ({"fp_contract": False, "fast_math": True}, depth4(WIDE))):
+  assert (axes, opts) == ("g32 u2 l8 u4 g8 u4 l16 u4 R256 r8", WIDE + ",STAGE(2)")  # K depth 8
+  for flags in ({}, {"fp_contract": True}, {"fp_contract": False}, {"fast_math": True}):  # the arithmetic does not change the tiles
     out = io.StringIO()
     compile_module(parse_source(gemm(2048, 2048, 2048).text(), "t.uop"), "cuda", "t", PrintOptions(after=frozenset({"optimize"}), out=out), **flags)
-    assert f"# opts: {want},STAGE(2)" in out.getvalue().splitlines(), flags
-  assert _heuristic(gemm(2048, 2048, 1152)) == ("g32 u2 l8 u4 g9 u2 l16 u4 R512 r4", depth4(STAGED) + ",STAGE(2)")  # 1152: no 256 columns
+    assert f"# opts: {WIDE},STAGE(2)" in out.getvalue().splitlines(), flags
+  assert _heuristic(gemm(2048, 2048, 1152)) == ("g32 u2 l8 u4 g9 u2 l16 u4 R256 r8", STAGED + ",STAGE(2)")  # 1152: no 256 columns
   assert _heuristic(gemm_t(2048, 512, 1024, True, True))[1].endswith(",STAGE(2)")   # 256 workgroups, both inputs transposed
-  assert _heuristic(gemm(1024, 1024, 1024))[1] == depth4(STAGED) + ",STAGE(2)"  # 128 workgroups of 2 x 2 runs: one an SM
-  assert _heuristic(gemm(512, 1024, 1024))[1] == depth4(SMALL) + ",STAGE(2)"  # 64 x 128: 64 workgroups, too few; 32 x 64: 256
-  assert _heuristic(gemm(16, 768, 50304))[1] == depth4(NARROW) + ",STAGE(2)"  # 16 rows: 16 x 128 workgroups
-  assert _heuristic(gemm(2000, 2048, 2000))[1] == "PADTO(0,64,64),PADTO(1,256,256)," + depth4(WIDE) + ",STAGE(2)"  # overlapping tiles
+  assert _heuristic(gemm(1024, 1024, 1024))[1] == STAGED + ",STAGE(2)"  # 128 workgroups of 2 x 2 runs: one an SM
+  assert _heuristic(gemm(512, 1024, 1024))[1] == SMALL + ",STAGE(2)"  # 64 x 128: 64 workgroups, too few; 32 x 64: 256
+  assert _heuristic(gemm(16, 768, 50304))[1] == NARROW + ",STAGE(2)"  # 16 rows: 16 x 128 workgroups
+  assert _heuristic(gemm(2000, 2048, 2000))[1] == "PADTO(0,64,64),PADTO(1,256,256)," + WIDE + ",STAGE(2)"  # overlapping tiles
   assert "STAGE" not in _heuristic(gemm(40, 2048, 1100))[1]       # 40 rows: shorter than the workgroup's 64
   assert "STAGE" not in _heuristic(conv2d(64, 56, 56, 64, 3, 3, 1))[1]
 

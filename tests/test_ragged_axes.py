@@ -13,7 +13,7 @@ import uopc.stages.gpu_schedule as gs
 from test_cuda_gpu import gpu  # noqa: F401 (a fixture)
 from test_cuda_ptx import needs_ptxas, ptxas_accepts
 from test_group_reduce import emulated
-from test_local_staging import NARROW, SMALL, _check_gemm, _heuristic, _inputs, depth4
+from test_local_staging import NARROW, SMALL, _check_gemm, _heuristic, _inputs
 from test_optimize import GPU
 from test_tensor_programs import Func, conv2d, gemm
 from uopc.diagnostics import CompileError
@@ -33,12 +33,12 @@ def test_a_long_ragged_contiguous_axis_is_padded():
 def test_staged_gemms_overlap_their_ragged_tiles():
   """A float32 gemm that the staged schedule's tiles do not divide gets overlapping tiles (PADTO's third
   argument, no gated loads) and is staged; the runs are those whose padded work and last wave cost least."""
-  for shape, pads, axes in [((197, 768, 3072), "PADTO(0,32,32),", "g7 l8 u4 g48 l16 u4 R192 r4"),  # ViT's 197 tokens
-                            ((1024, 768, 1031), "PADTO(1,64,64),", "g32 l8 u4 g17 l16 u4 R192 r4"),  # 544 of 32 x 64, not 144 of 64 x 128
-                            ((64, 768, 50257), "PADTO(1,128,128),", "u2 l8 u4 g393 u2 l16 u4 R192 r4"),  # GPT-2's logits
-                            ((128, 768, 50257), "PADTO(1,128,128),", "g2 u2 l8 u4 g393 u2 l16 u4 R192 r4"),  # 786 of 2 x 2, not 394 of 2 x 4
-                            ((1000, 768, 1000), "PADTO(0,64,64),PADTO(1,128,128),", "g16 u2 l8 u4 g8 u2 l16 u4 R192 r4"),
-                            ((16, 768, 50257), "PADTO(1,128,128),", "l8 u2 g393 u2 l16 u4 R192 r4")]:  # 16 x 128 workgroups
+  for shape, pads, axes in [((197, 768, 3072), "PADTO(0,32,32),", "g7 l8 u4 g48 l16 u4 R96 r8"),  # ViT's 197 tokens
+                            ((1024, 768, 1031), "PADTO(1,64,64),", "g32 l8 u4 g17 l16 u4 R96 r8"),  # 544 of 32 x 64, not 144 of 64 x 128
+                            ((64, 768, 50257), "PADTO(1,128,128),", "u2 l8 u4 g393 u2 l16 u4 R96 r8"),  # GPT-2's logits
+                            ((128, 768, 50257), "PADTO(1,128,128),", "g2 u2 l8 u4 g393 u2 l16 u4 R96 r8"),  # 786 of 2 x 2, not 394 of 2 x 4
+                            ((1000, 768, 1000), "PADTO(0,64,64),PADTO(1,128,128),", "g16 u2 l8 u4 g8 u2 l16 u4 R96 r8"),
+                            ((16, 768, 50257), "PADTO(1,128,128),", "l8 u2 g393 u2 l16 u4 R96 r8")]:  # 16 x 128 workgroups
     got_axes, opts = _heuristic(gemm(*shape))
     assert opts.startswith(pads) and opts.endswith(",STAGE(2)") and got_axes == axes, shape
   assert _heuristic(gemm(2048, 2048, 2048))[1].startswith("SPLIT(")  # divisible: no padding
@@ -113,7 +113,7 @@ def gemm_bias(m: int, k: int, n: int) -> Func:
 def test_a_gemm_with_an_epilogue_is_staged(tmp_path, monkeypatch):
   """The bias load after the reduction does not keep a gemm from the staged schedule (GPT-2's QKV: 64 x 768 x
   2304); pinned on 37 rows with overlapping tiles, the emulator against numpy."""
-  assert _heuristic(gemm_bias(64, 768, 2304))[1] == depth4(SMALL) + ",STAGE(2)"
+  assert _heuristic(gemm_bias(64, 768, 2304))[1] == SMALL + ",STAGE(2)"
   rng = np.random.default_rng(6)
   x = {"a": rng.standard_normal((37, 32)).astype(np.float32), "b": rng.standard_normal((32, 256)).astype(np.float32),
        "bias": rng.standard_normal((1, 256)).astype(np.float32)}

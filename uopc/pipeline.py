@@ -57,14 +57,14 @@ def _plan(program, name: str):
 
 
 def _optimize(target: Target, schedule: Mapping[str, tuple] | None, relocate: Callable[[UOp, UOp], None],
-              vector_bytes: int | None, archs: tuple[str, ...], tf32: bool = False, contract: bool = False) -> Callable[[UOp, str], Any]:
+              vector_bytes: int | None, archs: tuple[str, ...], tf32: bool = False) -> Callable[[UOp, str], Any]:
   """Optimize with the opts --opts pins for a kernel, the target's heuristics for the others (the
   target's capabilities computed once, for every kernel)."""
   caps = None
   def run(sink: UOp, name: str):
     nonlocal caps
     from uopc.stages.optimize import optimize, target_caps
-    caps = caps or target_caps(target, vector_bytes, archs, tf32, contract)
+    caps = caps or target_caps(target, vector_bytes, archs, tf32)
     return optimize(sink, name, caps, schedule.get(name) if schedule is not None else None, relocate)
   return run
 
@@ -107,8 +107,7 @@ def pipeline(target: str | Target, loc_of: Callable[[UOp], Any] = lambda u: None
   target's default, Target.contract); `allow_tf32` (--allow-tf32) lets float32 gemms take the tf32 tensor cores."""
   t = as_target(target)
   fp_contract = t.contract(fp_contract)
-  return (Stage("callify", _callify), Stage("rangeify", _rangeify(t.name)), Stage("optimize", _optimize(t, schedule, relocate, vector_bytes, archs, allow_tf32,
-                                                                                                              fp_contract or fast_math)),
+  return (Stage("callify", _callify), Stage("rangeify", _rangeify(t.name)), Stage("optimize", _optimize(t, schedule, relocate, vector_bytes, archs, allow_tf32)),
           Stage("expand", _expand(relocate)), Stage("isel", _isel(t, fast_math, fp_contract)), Stage("linearize", _linearize(t)),
           Stage("plan", _plan), Stage("render", t.render_stage(loc_of, fast_math)))
 

@@ -277,10 +277,10 @@ STAGED_TILES = (StagedTile((4, 4), (2, 4), 256, 2, 1.0), StagedTile((4, 4), (2, 
 # 50257, 394 workgroups of 64 x 256 (1.5 waves) 0.549 ms, 786 of 64 x 128 (2 waves) 0.401, 3144 of 32 x 64 0.456; 1024 x
 # 768 x 1031, 144 of 64 x 128 (12 SMs run two) 0.138, 544 of 32 x 64 0.107; 197 x 768 x 2304, 234 of 16 x 128 0.051, 252
 # of 32 x 64 0.048
-STAGED_K = (8, 4)          # reduction elements an iteration stages (the tiles' depth: 2 + 4 KiB a stage, 1 + 2 at 4), with
-                           # a product's two roundings (mul + add) / fused into one fma: ptxas gives depth 4 126 registers,
-                           # 4 workgroups of 128 an SM (8: 141, 167 with fma). On the H100, gemm 2048: 0.697-0.714 ms at depth
-                           # 4, 0.649-0.660 at 8 with two roundings; 0.464-0.487 at 4, 0.651-0.696 at 8 with fma
+STAGED_K = 8               # reduction elements an iteration stages (the tiles' depth: 2 + 4 KiB a stage). H100, gemm 2048:
+                           # 0.697-0.714 ms at depth 4, 0.649-0.660 at 8 with two roundings a product. With fused multiply-
+                           # adds (the default) an H200, one run of 13 staged shapes: 8 beats 4 on every one (gemm 2048 0.446
+                           # against 0.460 ms, 64 x 768 x 3072 0.028 against 0.055, 197 x 3072 x 768 0.092 against 0.186)
 STAGED_STAGES = 2          # tiles in flight (H100, gemm 2048, one run: 2 stages 0.688 ms, 3 0.712-0.725; --fp-contract=fast
                            # 0.485 against 0.507)
 
@@ -313,8 +313,7 @@ def staged_gemm(plan: _Planner) -> bool:
   workgroup's tile does not divide is padded with overlapping tiles (`_ragged_pads`)."""
   if plan.caps.name != "cuda" or plan.opts or (shape := _gemm_axes(plan)) is None: return False
   m, n, k = shape
-  depth = STAGED_K[plan.caps.fused_products]
-  if plan.size(k) % depth or plan.size(k) < 2 * depth: return False
+  if plan.size(k) % STAGED_K or plan.size(k) < 2 * STAGED_K: return False
   others = math.prod(plan.size(i) for i in plan.axes(AxisType.GLOBAL) if i not in (m, n))
   fits = []
   for t in STAGED_TILES:
@@ -326,7 +325,7 @@ def staged_gemm(plan: _Planner) -> bool:
     padded = math.prod(-(-plan.size(i) // e) * e / plan.size(i) for i, e in tile.items())
     fits.append((padded / (busy * t.speed), tile, t, pads))
   for _, tile, t, pads in sorted(fits, key=lambda f: f[0]):
-    if (trial := _staged(plan, k, depth, tile, t, pads)) is not None:
+    if (trial := _staged(plan, k, STAGED_K, tile, t, pads)) is not None:
       plan.sink, plan.opts = trial.sink, trial.opts
       return True
   return False

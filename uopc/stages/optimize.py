@@ -98,24 +98,21 @@ class TargetCaps:
   tensor_cores: tuple[TensorCore, ...] = ()
   max_local: int = 256         # threads of a workgroup
   local_bytes: int = 48 * 1024  # LOCAL (shared) memory a workgroup may use: what TC's pinned stages may fill
-  fused_products: bool = False  # float ADD(MUL) becomes one multiply-add (--fp-contract=fast, --fast-math): half the instructions
   warpgroup_mma: bool = False  # every arch of the build has warpgroup MMAs (sm_90a's wgmma): TC takes the warpgroup tile
   masked_loads: bool = False   # a vector load may take a gate per lane (-t c with AVX2 or AVX-512 vectors: their masked loads)
 
 
-def target_caps(target: "str | Target", vector_bytes: int | None = None, archs: tuple[str, ...] = (), tf32: bool = False,
-                contract: bool | None = None) -> TargetCaps:
+def target_caps(target: "str | Target", vector_bytes: int | None = None, archs: tuple[str, ...] = (), tf32: bool = False) -> TargetCaps:
   """CPU targets (c, llvm) and GPU targets (cuda, amd, metal). The CPU targets share the C launcher, which
   runs THREAD axes on worker threads. Both build for the portable baseline by default (x86-64's SSE:
   16-byte registers, 4 x f32); `vector_bytes` is the register width -t c builds for with `--cpu`
   (32 for AVX2, 64 for AVX-512): vector values get that many bytes' worth of f32 lanes, and the
   heuristics size their register tiles by it. A GPU target's `local_bytes` is the least its `Target`
   allows a workgroup on any of `archs` (() : the target's default archs), so one plan runs on all; `tf32`
-  (--allow-tf32) adds the tf32 tensor core for float32 gemms on -t cuda; `contract` (--fp-contract or --fast-math;
-  None: the target's default) tells the GPU heuristics that a multiply-add is one instruction, not two."""
+  (--allow-tf32) adds the tf32 tensor core for float32 gemms on -t cuda. The schedules do not depend on
+  --fp-contract: a fused multiply-add changes a kernel's arithmetic, not its best tiles."""
   from uopc.targets import as_target
   t = as_target(target)
-  contract = t.contract(contract)
   if t.name == "c": return TargetCaps(t.name, gpu=False, threads=True, vector_width=(vector_bytes or 16) // 4, aligned_vectors=False,
                                      masked_loads=(vector_bytes or 16) >= 32)
   if t.name == "llvm": return TargetCaps(t.name, gpu=False, threads=True, vector_width=4, aligned_vectors=False)
@@ -123,7 +120,7 @@ def target_caps(target: "str | Target", vector_bytes: int | None = None, archs: 
   tensor_cores = (CUDA_TENSOR_CORES + ((TF32_TENSOR_CORE,) if tf32 else ())) if t.name == "cuda" else ()
   warpgroup = t.name == "cuda" and bool(archs) and all(a == "sm_90a" for a in archs)
   return TargetCaps(t.name, gpu=True, threads=False, vector_width=4, aligned_vectors=True, tensor_cores=tensor_cores, local_bytes=local,
-                    fused_products=contract, warpgroup_mma=warpgroup)
+                    warpgroup_mma=warpgroup)
 
 
 # ---- axes ------------------------------------------------------------------------------------------------

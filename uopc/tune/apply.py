@@ -42,7 +42,7 @@ def tuned_schedule(file: str, db_path: str, target: str, lib: str, archs: tuple[
   arch_list = list(dict.fromkeys(key_arch(target, cpu, (a,), modes) for a in (archs or get_target(target).default_archs))) \
     or [key_arch(target, cpu, (), modes)]
   also_list = [key_arch(target, cpu, (a,), modes) for a in also]
-  caps = _caps(target, cpu, env, archs, "tf32" in modes, "contract" in modes)
+  caps = _caps(target, cpu, env, archs, "tf32" in modes)
   schedule, uses = dict(pinned or {}), []
   for k in program_kernels(module, target, lib, arch_list[0], SPACE_VERSION):
     if k.name in schedule:
@@ -57,10 +57,10 @@ def tuned_schedule(file: str, db_path: str, target: str, lib: str, archs: tuple[
   return schedule, uses
 
 
-def _caps(target: str, cpu: str, env: Mapping[str, str], archs: tuple[str, ...] = (), tf32: bool = False, contract: bool = False):
+def _caps(target: str, cpu: str, env: Mapping[str, str], archs: tuple[str, ...] = (), tf32: bool = False):
   from uopc.driver import cpu_vector_bytes
   from uopc.stages.optimize import target_caps
-  return target_caps(target, cpu_vector_bytes(cpu, env) if target == "c" else None, archs, tf32, contract)
+  return target_caps(target, cpu_vector_bytes(cpu, env) if target == "c" else None, archs, tf32)
 
 
 def _warpgroup(text: str) -> bool:

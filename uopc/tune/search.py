@@ -123,7 +123,7 @@ def tune_file(path: str, db_path: str, opts: TuneOptions, progress: Progress | N
   progress = progress or Progress()
   reports = []
   with Builder(opts.jobs or os.cpu_count() or 1) as builder, tempfile.TemporaryDirectory(prefix="uopc-tune-") as work:
-    ctx = _Context(opts, target_caps(opts.target, vector_bytes, archs, opts.allow_tf32, opts.fp_contract), device, builder, Path(work), vector_bytes, archs,
+    ctx = _Context(opts, target_caps(opts.target, vector_bytes, archs, opts.allow_tf32), device, builder, Path(work), vector_bytes, archs,
                    cpu_flags(opts.cpu) if opts.target == "c" else (), progress)
     for i, k in enumerate(kernels):
       left = opts.budget - (time.monotonic() - start)
