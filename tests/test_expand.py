@@ -161,6 +161,22 @@ def test_a_broadcast_pair_of_lanes_stays_scalar_loads():
   assert {u.dtype.count for u in loads(out, "a")} == {1}
 
 
+def test_a_gpu_reads_rows_across_the_unrolled_steps_as_vectors(tmp_path, monkeypatch):
+  """On a GPU, a gemm's 8 upcast rows of a over 4 unrolled steps of k are 32 lanes whose chunks each hold one
+  element of 4 rows (the unroll varies slowest); each row's 4 steps are consecutive, so the value is read as 8
+  vector loads, the chunks picking their lanes from them, not as 32 scalar loads. A CPU keeps its scalars
+  (each is a broadcast there); so does a value of more lanes than ACROSS_LANES. Emulated against numpy."""
+  from test_group_reduce import emulated
+  opts = "SPLIT(1,4,u),SPLIT(0,8,u),SPLIT(4,4,r)"
+  assert sorted(u.dtype.count for u in loads(expanded(gemm(16, 8, 16), opts, GPU), "a")) == [4] * 8
+  assert {u.dtype.count for u in loads(expanded(gemm(16, 8, 16), opts, C), "a")} == {1}
+  assert {u.dtype.count for u in loads(expanded(gemm(16, 16, 16), "SPLIT(1,4,u),SPLIT(0,8,u),SPLIT(4,8,r)", GPU), "a")} == {1}  # 64 lanes
+  rng = np.random.default_rng(5)
+  x = {"a": rng.standard_normal((16, 8)).astype(np.float32), "b": rng.standard_normal((8, 16)).astype(np.float32)}
+  got = emulated(tmp_path, monkeypatch, gemm(16, 8, 16), x, opts)["c"]
+  np.testing.assert_allclose(got.reshape(16, 16), x["a"].astype(np.float64) @ x["b"], rtol=1e-5, atol=1e-5)
+
+
 def test_a_flipped_row_takes_the_lanes_of_a_contiguous_one(tmp_path):
   """x.flip(-1): each block of lanes reads a block of the row backwards, one vector load and a reversing
   shuffle, so the heuristics give it the two registers of lanes a contiguous read gets (not a gather's 8)."""

@@ -19,7 +19,8 @@
    STACKed. A gate that differs between lanes makes every lane its own gated access, except for
    loads on targets with masked loads (CPUs) whose gate does not move with a reduction loop: there a run
    is one vector load with a gate per lane (a masked lane reads no memory and takes its `alt`), as a
-   padded convolution's border taps are.
+   padded convolution's border taps are. On GPUs a small value whose chunks cut across such runs (rows of a gemm's
+   a over its unrolled steps) is read one vector per run over all its lanes, the chunks picking their lanes.
 4. Contraction. A STORE that does not depend on an UNROLL axis its value depends on is a reduction
    over that axis, `acc = op(acc, v)`: the lanes of v are folded into acc one after the other, in the
    order the loop would have run them, so the result is bit for bit the unexpanded one.
@@ -48,6 +49,7 @@ from uopc.symbolic import simplify
 from uopc.uop import UOp
 
 EXPANDED = (AxisType.UPCAST, AxisType.UNROLL)
+ACROSS_LANES = 32  # lanes a GPU load may have to be read across its chunks (see loads_across_chunks)
 PERMUTED_RUN = 4  # consecutive lanes a run read out of lane order holds at least to be one vector load (see permuted_loads)
 
 
@@ -274,6 +276,7 @@ class _Expander:
     if not axes: return Lanes((), (u.replace(src=(idx.replace(src=(self.one(idx.src[0]), self.one(idx.src[1]))),) + tuple(self.one(s) for s in u.src[1:])),), 1)
     ptr, gate = self.one(idx.src[0]), (u.src[2] if len(u.src) == 3 else None)
     form = self.offsets(idx.src[1], axes) if gate is None or not self.v[gate].axes or self._masked(gate) else None
+    if form is not None and gate is None and (across := self.loads_across_chunks(u, ptr, form, axes)) is not None: return across
     def access(lanes: list[int]) -> UOp:
       if form is None: return self.scalar_loads(u, ptr, axes, lanes)
       runs = self.runs(form[0], form[1], lanes)
@@ -284,6 +287,28 @@ class _Expander:
       pieces = [self.vector_load(u, ptr, form[0], form[1][run[0]], axes, run) for run in runs]
       return pieces[0] if len(pieces) == 1 else _stack_pieces(pieces)
     return self.make(axes, access)
+
+  def loads_across_chunks(self, u: UOp, ptr: UOp, form: tuple[UOp, list[int]], axes) -> Lanes | None:
+    """GPU targets: an ungated load whose lanes read runs of consecutive elements that the chunks cut across (a
+    row of `a` read along the unrolled reduction steps, its rows upcast: lane = step x rows + row, so every chunk
+    holds one element of each of 4 rows) is read as one vector access per run over all its lanes, each chunk
+    picking its lanes from them (a GEP of a vector is a register on a GPU): 8 128-bit loads instead of 32 scalar
+    ones. None where the chunks' own accesses are as few, where lanes share elements (a convolution's or
+    pooling's overlapping windows) or where the value has more than ACROSS_LANES lanes (a convolution's 288 weights
+    a step): loaded whole, they would all be live at once (ptxas then spills)."""
+    base, deltas = form
+    if not self.caps.gpu or len(deltas) > ACROSS_LANES or len(set(deltas)) < len(deltas): return None
+    chunks = [list(range(s, min(len(deltas), s + self.width))) for s in range(0, len(deltas), self.width)]
+    whole = self.runs(base, deltas, sorted(range(len(deltas)), key=lambda i: deltas[i]))
+    if len(whole) >= sum(len(self.runs(base, deltas, c)) for c in chunks): return None
+    pieces = [self.vector_load(u, ptr, base, deltas[run[0]], axes, run) for run in whole]
+    where = {i: (p, k) for p, run in zip(pieces, whole) for k, i in enumerate(run)}
+    def lane(i: int) -> UOp:
+      p, k = where[i]
+      return p if p.dtype.count == 1 else UOp(Ops.GEP, u.dtype, (p,), (k,))
+    def chunk(lanes: list[int]) -> UOp:
+      return lane(lanes[0]) if len(lanes) == 1 else UOp(Ops.STACK, u.dtype.vec(len(lanes)), tuple(lane(i) for i in lanes))
+    return Lanes(axes, tuple(chunk(c) for c in chunks), self.width)
 
   def _masked(self, gate: UOp) -> bool:
     """A gate that differs across lanes makes masked vector loads: on targets that have them, where it does not
