@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import ctypes
 import io
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -125,6 +126,25 @@ def test_an_integer_accumulator_buried_by_reassociation_still_unrolls(tmp_path):
   x = np.array([1, -2, 3, 4, -5], np.int32)
   for target in ("c", "llvm"):
     assert float(run_file(tmp_path / "s.uop", target=target, inputs={"x": x}).arrays["out"]) == float((3 * x + 1).sum())
+
+
+def test_an_accumulator_buried_again_by_the_opts_still_unrolls(tmp_path):
+  """Found by the tinygrad fuzzer (seed 3131): the same integer sum inside an elementwise kernel of 7 outputs,
+  whose overlapping tiles (PADTO(0,4,4)) fold the indices again after Optimize had put the accumulator on top;
+  Expand refused the re-buried update. Optimize now canonicalises after its opts too."""
+  from uopc.run import run_file
+  src = (Path(__file__).parent / "data" / "p7_46.uop").read_text()
+  (tmp_path / "p.uop").write_text(src)
+  rng = np.random.default_rng(3)
+  ins = {"x0": rng.integers(-3, 4, 2).astype(np.int32), "x1": rng.standard_normal((1, 7)).astype(np.float32),
+         "x2": rng.standard_normal(7).astype(np.float32), "x3": np.array(0.25, np.float32)}
+  s = np.float32((3 * ins["x0"].astype(np.int64) + 1).sum())
+  v = s * ins["x1"].reshape(7)
+  r = np.log(np.abs(1 / (np.abs(v) + np.float32(0.5))) + np.float32(0.5)) + ins["x2"]
+  want = np.where(ins["x3"] < r, r, ins["x3"])
+  for target in ("c", "llvm"):
+    got = run_file(tmp_path / "p.uop", target=target, inputs=ins).arrays["out"]
+    np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-6)
 
 
 def pixel_shuffle(c: int, h: int, w: int, r: int = 2) -> Func:

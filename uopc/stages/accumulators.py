@@ -4,7 +4,9 @@ the load inside a chain of the same op (`acc + (3x + 1)` becomes `(3x + acc) + 1
 integers), which Optimize's heuristics and Expand's unrolled folds do not recognise as a reduction (Expand
 refused it: "a STORE does not depend on the UNROLL axes its value depends on").
 
-`accumulator_first` puts the load back on top: the chain's other terms, in their order, become `v`. Only
+`accumulator_first` puts the load back on top: the chain's other terms, in their order, become `v`. Optimize
+applies it before its heuristics look and again after the opts (whose folding of the indices simplifies the
+kernel again: a PADTO of overlapping tiles re-buried `acc + (3x + 1)`, tinygrad fuzzer seed 3131). Only
 where regrouping is exact: integer ADD and MUL (wrapping arithmetic is associative and commutative), and
 MAX of any dtype. A float chain is left alone (symbolic does not reassociate floats).
 """

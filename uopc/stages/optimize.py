@@ -582,7 +582,7 @@ def optimize(sink: UOp, kernel: str, caps: TargetCaps, pinned: tuple[Opt, ...] |
   from uopc.stages.merge_axes import merge_reduce_axes  # it builds on this module's axis helpers
   typed = type_axes(merge_reduce_axes(accumulator_first(sink), beside=caps.gpu), caps, trace)
   opts = pinned if pinned is not None else heuristic_opts(typed, caps)
-  sink = apply_opts(typed, opts, caps, kernel, trace)
+  sink = accumulator_first(apply_opts(typed, opts, caps, kernel, trace))  # the opts' index folding may bury it again
   tc = next((o for o in opts if o.op is OptOp.TC), None)
   stages = tc.arg[1] if tc is not None and len(tc.arg) > 1 else TC_AUTO_STAGES
   if caps.gpu and stages and not any(o.op is OptOp.NOLOCALS for o in opts):
