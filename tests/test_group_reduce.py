@@ -44,9 +44,10 @@ def row_reduce(rows: int, n: int, op: str, dtype: str = "f32") -> Func:
   return f
 
 
-def emulated(tmp_path, monkeypatch, f: Func, inputs: dict[str, np.ndarray], opts: str | None, target: str = "cuda") -> dict:
+def emulated(tmp_path, monkeypatch, f: Func, inputs: dict[str, np.ndarray], opts: str | None, target: str = "cuda",
+             fp_contract: bool | None = None) -> dict:
   """f's buffers after its kernels ran in the emulator as -t target lowers them, with `opts` pinned on
-  its first kernel (None: the heuristics)."""
+  its first kernel (None: the heuristics); `fp_contract` as `uopc run --fp-contract` (None: the target's default)."""
   schedule = parse_schedule([f"{f.name}_k0:{opts}"]) if opts is not None else None
   used = []
   def optimize(sink, name, caps, pinned=None, relocate=lambda old, new: None):
@@ -56,7 +57,7 @@ def emulated(tmp_path, monkeypatch, f: Func, inputs: dict[str, np.ndarray], opts
   monkeypatch.setattr(uopc.stages.optimize, "optimize", optimize)
   path = tmp_path / f"{f.name}.uop"
   path.write_text(f.text())
-  arrays = run_file(path, target=target, inputs=inputs, emulated=True).arrays
+  arrays = run_file(path, target=target, inputs=inputs, emulated=True, fp_contract=fp_contract).arrays
   assert schedule is None or used[0] == schedule[f"{f.name}_k0"], "the pinned opts did not reach the kernel"
   return arrays
 
