@@ -37,6 +37,8 @@ def masks(x): return (x > 0.5), (x.sum() > 0)
 def rms_swiglu(x, w1, w3):
   h = x * (x.square().mean(-1, keepdim=True) + 1e-6).rsqrt()
   return (h @ w1).silu() * (h @ w3)
+def fills(x): return x + Tensor.ones(x.shape[-1], x.shape[-1]).triu(1) * -1e9 + Tensor.full_like(x, 0.5)
+def scatter_sum(idx, y): return Tensor.zeros(4, 6).scatter_reduce(0, idx, y, reduce="sum")
 
 
 PROGRAMS = [
@@ -52,6 +54,8 @@ PROGRAMS = [
   (int_ops, lambda: (f32(4, 6),)),
   (masks, lambda: (f32(3, 4),)),
   (rms_swiglu, lambda: (f32(3, 8), f32(8, 5), f32(8, 5))),
+  (fills, lambda: (f32(2, 5, 5),)),  # tinygrad 0.14's Tensor.full writes a fresh buffer: AFTER(buf, STORE(buf, value))
+  (scatter_sum, lambda: (RNG.integers(0, 4, (7, 6)).astype(np.int32), f32(7, 6))),
 ]
 
 
@@ -166,6 +170,17 @@ def test_an_unsupported_op_is_refused_at_the_users_line(tmp_path):
   line = next(i for i, s in enumerate(open(__file__).read().splitlines(), 1) if s.strip().endswith("# MARK"))
   assert f"{__file__}:{line}:" in text and "tinygrad op AFTER" in text and "random numbers" in text
   assert "return y + Tensor.rand(3)" in text and "^" in text
+
+
+def test_an_assignment_to_an_input_is_refused_not_dropped():
+  def bump(x):
+    x.assign(x + 1)  # MARK-ASSIGN
+    return x * 2
+  with pytest.raises(CompileError) as e:
+    uopc.export(bump, Tensor.empty(3))
+  text = e.value.format()
+  line = next(i for i, s in enumerate(open(__file__).read().splitlines(), 1) if s.strip().endswith("# MARK-ASSIGN"))
+  assert f"{__file__}:{line}:" in text and "assigns to example input 0" in text, text
 
 
 def test_an_exception_in_the_traced_function_is_a_located_user_error():

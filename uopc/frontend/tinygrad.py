@@ -31,7 +31,7 @@ from uopc.diagnostics import CompileError, Loc, error
 from uopc.frontend.parser import c_identifier, parse_source
 from uopc.frontend.printer import format_arg, print_module
 from uopc.frontend import tinygrad_multi as multi
-from uopc.frontend.tinygrad_constants import DEFAULT_MAX_BYTES, Constants
+from uopc.frontend.tinygrad_constants import DEFAULT_MAX_BYTES, Constants, buffer_data
 from uopc.frontend.tinygrad_multi import devices_arg
 from uopc.ops import Ops
 
@@ -121,7 +121,7 @@ def _user_frame() -> tuple[str, int]:
 def recording(sites: Sites) -> Iterator[None]:
   """Patch Tensor construction for the duration of a trace so each new node gets its user site: both
   `Tensor(...)` and `_apply_uop`, which builds the result of an elementwise op without `__init__`."""
-  original, original_apply = Tensor.__init__, Tensor._apply_uop
+  original, original_apply, original_assign = Tensor.__init__, Tensor._apply_uop, Tensor.assign
   def init(self, *args, **kwargs):
     original(self, *args, **kwargs)
     sites.record(self.uop)
@@ -129,9 +129,13 @@ def recording(sites: Sites) -> Iterator[None]:
     ret = original_apply(self, *args, **kwargs)
     sites.record(ret.uop)
     return ret
-  Tensor.__init__, Tensor._apply_uop = init, apply
+  def assign(self, *args, **kwargs):
+    ret = original_assign(self, *args, **kwargs)
+    sites.record(self.uop)
+    return ret
+  Tensor.__init__, Tensor._apply_uop, Tensor.assign = init, apply, assign
   try: yield
-  finally: Tensor.__init__, Tensor._apply_uop = original, original_apply
+  finally: Tensor.__init__, Tensor._apply_uop, Tensor.assign = original, original_apply, original_assign
 
 
 # ---- the graph walk ----------------------------------------------------------------------------------
@@ -226,6 +230,7 @@ class Converter:
 
   def _operands(self, u: Any) -> tuple:
     """The value sources of u: a movement op's shape operands, a buffer's size and a FUNCTION's body are not values."""
+    if u.op is T.AFTER and u not in self.leaves and (v := self._fill(u)) is not None: return (v,)
     if u in self.leaves or u.op in (T.BUFFER, T.PARAM, T.FUNCTION, T.CONST, T.AFTER, T.STORE): return ()
     if multi.is_multi(u): return multi.operands(u)
     if u.op is T.RESHAPE and u.src[0].op is T.BUFFER: return ()  # a weight: written with its tensor's shape
@@ -256,6 +261,7 @@ class Converter:
     if name == "AFTER" and u.src[0].op is T.BUFFER and _variable(u.src[0]) or _variable(u):
       return self.w.let(f"CAST({self.w.size(u)}) : {weak_as or uopc_dtype(u.dtype)}")
     if name == "BUFFER": return self._weight(u, tuple(u.shape))
+    if name == "AFTER" and (v := self._fill(u)) is not None: return self._get(v, weak_as)
     if name == "CONST": return self._const(u, weak_as)
     if name in _PASS: return self._get(u.src[0], weak_as)
     if name == "CONTIGUOUS": return self.w.let(f"CONTIGUOUS({self._get(u.src[0], weak_as)})")
@@ -268,6 +274,18 @@ class Converter:
     if name == "FUNCTION": return self._function(u)
     if name == "COPY": return self._get(u.src[0], weak_as)  # a copy between two single devices does not change a value
     raise _Unsupported(f"tinygrad op {name} is not supported by the exporter" + (f" ({_HINTS[name]})" if name in _HINTS else ""))
+
+  def _fill(self, u: Any) -> Any:
+    """What a buffer made inside the trace holds: tinygrad 0.14's `Tensor.full` (so `zeros`, `ones`,
+    `*_like`) writes its value into a fresh buffer, `AFTER(view, STORE(view, value))`. The value, or None
+    where the AFTER is anything else (an assignment to an input or to a weight that holds data)."""
+    if len(u.src) != 2 or u.src[1].op is not T.STORE: return None
+    view, (target, value) = u.src[0], u.src[1].src[:2]
+    if target is not view or tuple(value.shape) != tuple(view.shape): return None
+    base = view
+    while base.op is T.RESHAPE: base = base.src[0]
+    if base.op is not T.BUFFER or _variable(base) or buffer_data(base)[0] is not None: return None
+    return None if any(base is leaf or base is getattr(leaf, "base", None) for leaf in self.leaves) else value
 
   def _const(self, u: Any, weak_as: str | None) -> str:
     v = u.arg
@@ -415,12 +433,17 @@ def trace(fn: Callable, examples: Sequence[Any], name: str | None = None, input_
   entry = c_identifier(name or getattr(fn, "__name__", "model"))
   sites = Sites()
   for t in tensors: sites.record(t.uop)
+  before = [t.uop for t in tensors]
   with recording(sites):
     try:
       ret = fn(*tensors)
     except Exception as e:  # noqa: BLE001 - the user's code failed on the example inputs: their error, located
       raise _user_exception(e, entry) from None
   outs = _outputs(ret, entry)
+  for i, (t, u) in enumerate(zip(tensors, before)):
+    if t.uop is not u:  # `x.assign(...)` or an in-place op on an input: a side effect a pure entry cannot have
+      raise _located(_Unsupported(f"the function assigns to example input {i}; uopc exports pure functions (assign "
+                                  "to a copy, e.g. `x = x + 1`, and return it)", t.uop), sites, entry)
   w, leaves = Writer(), {}
   names = _input_names(fn, len(tensors), input_names)
   inputs = []
