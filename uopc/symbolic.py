@@ -108,6 +108,7 @@ def exec_alu(op: Ops, dtype: DType, operand_dtype: DType, args: tuple):
 def exec_cast(value, src: DType, dst: DType):
   """CAST of a constant; None where C leaves it undefined (float to int out of range, NaN) or where
   a single rounding cannot be guaranteed (an int beyond 2**53 to a float narrower than double)."""
+  if src.is_float(): value = truncate(float(value), src)  # as exec_alu: a float CONST means its dtype's value
   if dst.is_bool(): return value != 0
   if dst.is_int():
     if src.is_float():
