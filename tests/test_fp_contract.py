@@ -12,7 +12,7 @@ import sys
 import numpy as np
 import pytest
 
-from test_cuda_ptx import needs_ptxas, ptxas_accepts
+from test_cuda_ptx import PTXAS, needs_ptxas, ptxas_accepts
 from test_tensor_programs import gemm
 from uopc.driver import BuildOptions, build
 from uopc.run import run_file
@@ -129,3 +129,29 @@ def test_uopc_run_takes_the_flag(tmp_path):
                            "--output", f"out={tmp_path / 'out.npy'}"], capture_output=True, text=True)
     assert done.returncode == 0, done.stderr
     np.testing.assert_array_equal(np.load(tmp_path / "out.npy"), np.full(4, want, np.float32))
+
+
+_BOOL_MUL_ADD = """func f {
+  %a = PARAM([8]) {(0, "a")} : bool
+  %b = PARAM([8]) {(1, "b")} : bool
+  %c = PARAM([8]) {(2, "c")} : bool
+  %out = PARAM([8]) {(3, "out")} : bool
+  %0 = MUL(%a, %b)
+  %1 = ADD(%0, %c)
+  STORE(%out, %1)
+}
+"""
+
+
+@pytest.mark.parametrize("target", ["cuda", "amd", "metal", "c", "llvm"])
+def test_a_bool_and_feeding_an_or_is_not_a_mulacc(tmp_path, target):
+  """MUL and ADD of bools are AND and OR (tinygrad's isinf(x) writes (x == inf) * True + (x == -inf) * True): no
+  MULACC is formed for them; -t cuda refused the kernel ("MULACC of bool")."""
+  path = tmp_path / "f.uop"
+  path.write_text(_BOOL_MUL_ADD)
+  a, b, c = (np.array([int(ch) for ch in f"{k:08b}"], bool) for k in (0b11001100, 0b10101010, 0b11110000))
+  got = run_file(path, target=target, inputs={"a": a, "b": b, "c": c}, emulated=target in ("cuda", "amd", "metal")).arrays["out"]
+  np.testing.assert_array_equal(got, (a & b) | c)
+  if target == "cuda":
+    build(path, BuildOptions(target="cuda", out_dir=tmp_path / "ptx", emit=("ptx",)))
+    if PTXAS is not None: ptxas_accepts((tmp_path / "ptx" / "f.ptx").read_text(), "sm_80", tmp_path)

@@ -284,6 +284,7 @@ def _pow_const(x: UOp, e: UOp, ctx: IselContext) -> UOp | None:
 
 def _fuse_mulacc(a: UOp, b: UOp, acc: UOp, ctx: IselContext) -> UOp | None:
   floats = a.dtype.scalar.is_float()
+  if a.dtype.scalar.is_bool(): return None  # MUL and ADD of bools are AND and OR, no multiply-add
   if not ctx.caps.fused_mulacc or (floats and not (ctx.fast_math or ctx.contract)): return None
   if ctx.lacks(UOp(Ops.MULACC, a.dtype, (a, b, acc))): return None
   return UOp(Ops.MULACC, a.dtype, (a, b, acc), FUSED if floats else None)
