@@ -278,3 +278,63 @@ def test_an_embedding_gradient_matches_numpy_in_the_emulator(tmp_path):
   np.add.at(want, idx.ravel(), 2 * table[idx.ravel()])
   got = run_file(tmp_path / "e.uop", target="cuda", inputs={"idx": idx, "table": table}, emulated=True).arrays["out"]
   np.testing.assert_allclose(got, want, rtol=1e-6)
+
+
+def _einsum3(i: int, j: int, k: int, l: int) -> str:  # noqa: E741
+  return f"""func einsum3 {{
+  %out = PARAM([{i}, {l}]) {{(3, "out")}} : f32
+  %a = PARAM([{i}, {j}]) {{(0, "a")}} : f32
+  %0 = RESHAPE(%a, [{i}, {j}, 1, 1])
+  %w1 = PARAM([{j}, {k}]) {{(1, "w1")}} : f32
+  %1 = RESHAPE(%w1, [1, {j}, {k}, 1])
+  %2 = MUL(%0, %1)
+  %w2 = PARAM([{k}, {l}]) {{(2, "w2")}} : f32
+  %3 = RESHAPE(%w2, [1, 1, {k}, {l}])
+  %4 = MUL(%2, %3)
+  %5 = PERMUTE(%4) {{(1, 2, 0, 3)}}
+  %6 = REDUCE(%5) {{(ADD, (0, 1))}}
+  %7 = RESHAPE(%6, [{i}, {l}])
+  STORE(%out, %7)
+}}
+"""
+
+
+def test_a_reduction_over_two_axes_reading_along_the_output_rows_is_tiled_not_a_row():
+  """tinygrad's einsum("ij,jk,kl->il"): one reduction over j and k of a[i, j] * w1[j, k] * w2[k, l]. j alone
+  reads no output axis contiguously, but k reads w2 along l: a gemm, register tiles over (i, l) (one output a
+  thread with j shared as a row's reduction took 4.77 ms on an H100 at 128 x 256 x 256 x 128, tinygrad 0.076)."""
+  [(axes, opts)] = optimized_text(_einsum3(128, 256, 256, 128))
+  assert opts.count(",u)") == 2 and not any(a.startswith("G") for a in axes.split()[:1]), (axes, opts)
+
+
+@pytest.mark.parametrize("target", ["cuda", "amd"])
+def test_the_three_operand_einsum_matches_numpy(tmp_path, target):
+  rng = np.random.default_rng(4)
+  a, w1, w2 = (rng.standard_normal(s).astype(np.float32) for s in ((32, 64), (64, 32), (32, 16)))
+  (tmp_path / "e.uop").write_text(_einsum3(32, 64, 32, 16))
+  got = run_file(tmp_path / "e.uop", target=target, inputs={"a": a, "w1": w1, "w2": w2}, emulated=True).arrays["out"]
+  want = np.einsum("ij,jk,kl->il", a.astype(np.float64), w1.astype(np.float64), w2.astype(np.float64))
+  np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-3)
+
+
+def _logcumsumexp(rows: int, n: int) -> Func:
+  tinygrad = pytest.importorskip("tinygrad", reason="tinygrad 0.14 is not installed (pip install -e '.[test]')")
+  import uopc
+  f = Func("lcse")
+  f.text = lambda: uopc.export(lambda x: x.logcumsumexp(-1), tinygrad.Tensor.empty(rows, n), name="lcse")  # type: ignore[method-assign]
+  return f
+
+
+def test_a_reduction_beside_the_rows_is_shared_by_its_threads_too():
+  """tinygrad's logcumsumexp: a window max (read along the output's positions: no row axis by itself) beside the
+  row's sum of exponentials. Both are shared by the row's threads; the max was run whole by each of its 64 threads
+  (H100, 32 x 256: 0.104 ms, tinygrad's kernels 0.027)."""
+  [(axes, _)] = optimized(_logcumsumexp(32, 256))
+  assert axes.split().count("G64") == 2, axes
+
+
+@pytest.mark.parametrize("target", ["cuda", "amd"])
+def test_the_shared_logcumsumexp_matches_numpy(tmp_path, target):
+  x = np.random.default_rng(1).standard_normal((2, 256)).astype(np.float32)
+  want = np.logaddexp.accumulate(x.astype(np.float64), axis=1)
+  np.testing.assert_allclose(emulated(_logcumsumexp(2, 256), tmp_path, {"x": x}, target), want, rtol=1e-5, atol=1e-5)

@@ -55,7 +55,10 @@ def row_reduction(plan: _Planner, least: int = GROUP_MIN) -> bool:
   forms = _load_forms(plan)
   best = max(long, key=lambda i: (any(_unit(f[axes[i]]) for f in forms if axes[i] in f), plan.size(i)))
   near = nested_with(plan.sink)
-  shared = [i for i in long if i == best or axes[i] not in near.get(axes[best], frozenset())]
+  # every reduction beside the row's is shared too, row axis or not: the workgroup's threads would each run it whole
+  # (logcumsumexp's window max, read along the output's positions, beside its sum: 64 threads ran its 256 steps each)
+  beside = [i for i in plan.axes(AxisType.REDUCE) if isinstance(s := plan.size(i), int) and s >= least]
+  shared = [i for i in beside if i == best or axes[i] not in near.get(axes[best], frozenset())]
   loops = [i for i in plan.axes(AxisType.LOOP) if axes[i] not in near.get(axes[best], frozenset()) and isinstance(plan.size(i), int)]
   cap = min(GROUP_MAX, plan.caps.max_local)
   v, t = row_threads([plan.size(i) for i in shared + loops], cap)
@@ -102,7 +105,11 @@ def _row_axis(plan: _Planner, i: int, least: int) -> bool:
   of d coalesced, where a workgroup per output shared 512 n among 128 threads, 7x tinygrad's time)."""
   axes, size = kernel_axes(plan.sink), plan.size(i)
   outputs = {axes[j] for j in plan.axes(AxisType.GLOBAL)}
-  reads = [f for f in _load_forms(plan) if axes[i] in f]
+  # the loads of the whole nest of reductions count: a reduction over two axes of a product of three operands (an einsum
+  # "ij,jk,kl->il") whose inner axis reads w[k, l] along the output's rows is a gemm (register tiles), not a row
+  near = nested_with(plan.sink).get(axes[i], frozenset())
+  nest = {axes[i]} | {axes[r] for r in plan.axes(AxisType.REDUCE) if axes[r] in near}
+  reads = [f for f in _load_forms(plan) if nest & f.keys()]
   if any(_unit(c) for f in reads for r, c in f.items() if r in outputs): return False
   gathers = [linear_form(simplify(a)) for a in _gather_addresses(plan) if axes[i] in a.toposort()]
   return isinstance(size, int) and size >= least and not any(f.get(r) == 1 for f in gathers for r in outputs)
