@@ -92,6 +92,7 @@ class _Kernel:
     self.shared_align = WGMMA_ALIGN if self.wgmma else 16
     # LOCAL buffers in dynamic shared memory, if they need it
     self.shared_offsets, self.shared_bytes = shared_layout(self.uops, self.shared_align)
+    self.max_negations = _max_negations(self.uops)
 
   def _close_block(self, opener: UOp) -> None:
     """Forget the addresses computed inside `opener`'s block (and any block still open inside it)."""
@@ -407,11 +408,37 @@ _INT_OPS = {Ops.ADD: ("add.{t}", True), Ops.SUB: ("sub.{t}", True), Ops.MUL: ("m
             Ops.SHL: ("shl.{b}", True), Ops.SHR: ("shr.{t}", False)}
 
 
+def _max_negations(uops: tuple[UOp, ...]) -> frozenset[UOp]:
+  """The signed 32-bit negations (NEG, MUL by -1, a vector's lanes too) that a signed MAX reads: each is written `not`
+  then `add 1`, not `neg.s32` or a multiply. ptxas 13.0 for sm_90/sm_90a folds a chain of max.s32 (or min.s32, or the
+  compare and select that make one) into three-input VIMNMX3 and drops the negation of an operand it folds into it:
+  max(max(-a, -b), -c) came out as max(max(-a, b), -c) on an H100 (tinygrad's int min, -max(-x), and the max of
+  -|x| gave positive values). It does not take this form for a negation (the add folds into VIADDMNMX instead);
+  unsigned and 64-bit maxima are not affected."""
+  out = set()
+  for u in uops:
+    if u.op is not Ops.MAX or int_type(u.dtype.scalar) != "s32" or not u.dtype.scalar.is_int(): continue
+    for s in u.src:
+      while s.op is Ops.GEP: s = s.src[0]
+      if s.op is Ops.NEG or s.op is Ops.MUL and _minus_one(s) is not None: out.add(s)
+  return frozenset(out)
+
+
+def _minus_one(u: UOp) -> int | None:
+  """Which source of MUL u is the constant -1 (a vector's: every lane), if one is."""
+  def minus_one(s: UOp) -> bool:
+    return s.op is Ops.CONST and s.arg == -1 or s.op is Ops.STACK and all(minus_one(x) for x in s.src)
+  return next((i for i, s in enumerate(u.src) if minus_one(s)), None)
+
+
 def _int_alu(k: _Kernel, u: UOp, op: Ops, dt: DType, xs: tuple[str, ...]) -> str:
   t = int_type(dt)
   if op in _INT_CMP: return k.op1(f"setp.{_INT_CMP[op]}.{t}", dtypes.bool, *xs)
   if op is Ops.TRUNC: return xs[0]
   if op not in _INT_OPS: raise k.fail(u, f"{op.name} of {dt} is not supported by the PTX renderer")
+  if t == "s32" and u in k.max_negations:  # see _max_negations
+    x = xs[0] if op is Ops.NEG else xs[1 - _minus_one(u)]
+    return k.canonical(k.op1("add.s32", dt, k.op1("not.b32", dt, x), "1"), dt)
   if op in (Ops.SHL, Ops.SHR) and dt.itemsize == 8: xs = (xs[0], k.op1("cvt.u32.u64", dtypes.uint32, xs[1]))
   instr, widens = _INT_OPS[op]
   bits = t[1:]
