@@ -105,6 +105,7 @@ _COMPARE_FNS = {Ops.CMPLT: np.less, Ops.CMPNE: np.not_equal, Ops.CMPGT: np.great
 
 def trunc_div(a: np.ndarray, b: np.ndarray) -> np.ndarray:
   """C division: toward zero; MIN / -1 wraps to MIN. `b` must be nonzero."""
+  if a.dtype.kind == "u": return np.floor_divide(a, b).astype(a.dtype)  # no -1 to compare with (numpy < 2.4 raises)
   neg_one = b == -1
   b = np.where(neg_one, 1, b).astype(a.dtype)
   q = np.floor_divide(a, b)
@@ -114,6 +115,7 @@ def trunc_div(a: np.ndarray, b: np.ndarray) -> np.ndarray:
 
 def trunc_mod(a: np.ndarray, b: np.ndarray) -> np.ndarray:
   """C remainder: the sign of the dividend; a % -1 is 0."""
+  if a.dtype.kind == "u": return np.remainder(a, b).astype(a.dtype)
   return (a - trunc_div(a, b) * np.where(b == -1, -1, b).astype(a.dtype)).astype(a.dtype)
 
 
