@@ -87,3 +87,28 @@ def test_a_long_chain_compiles(tmp_path, n):
   run_with_deep_stack(lambda: out.extend(compile_module(load_module(path), "c", "t")))
   ((kernel,),) = [e.kernels for e in out]
   assert kernel.source.count(" = (alu") >= n - 1
+
+
+def _gemm_epilogue(exp2s: int) -> str:
+  """A gemm whose epilogue is a chain of EXP2s (each some 24 ops once decomposed), as a recurrent cell's gates are."""
+  lines = ['  %x = PARAM([16, 128]) {(0, "x")} : f32', '  %w = PARAM([128, 128]) {(1, "w")} : f32',
+           '  %out = PARAM([16, 128]) {(2, "out")} : f32', "  %xr = RESHAPE(%x, [16, 128, 1])", "  %wr = RESHAPE(%w, [1, 128, 128])",
+           "  %m = MUL(%xr, %wr)", "  %s = REDUCE(%m) {(ADD, (1,))}", "  %v0 = RESHAPE(%s, [16, 128])"]
+  lines += [f"  %v{t + 1} = EXP2(%v{t})" for t in range(exp2s)] + [f"  STORE(%out, %v{exp2s})"]
+  return "func epi {\n" + "\n".join(lines) + "\n}\n"
+
+
+def test_a_tile_keeps_its_copies_of_a_long_body_within_the_code_budget():
+  """The register tile's rows shrink so that rows x vectors x body ops stay within CPU_CODE_BUDGET (an LSTM of four
+  steps took gcc 97 s for one kernel's 10,000 lines of C: 8 rows of 2 vectors of a 475-op body); a short body keeps
+  its 8 rows."""
+  from uopc.stages.cpu_schedule import CPU_CODE_BUDGET, _body_ops
+  def tile(exp2s: int) -> tuple[str, int, int]:
+    ((kernel,),) = [kernels_of(_gemm_epilogue(exp2s)).values()]
+    axes = format_axes(apply_opts(kernel, heuristic_opts(kernel, C), C, "k"))
+    lanes = [int(a[1:]) for a in axes.split() if a.startswith("u")]
+    return axes, _body_ops(kernel), lanes[0] * lanes[1] // C.vector_width if len(lanes) > 1 else 1
+  axes, _, vectors = tile(1)
+  assert vectors == 16, axes  # 8 rows of 2 vectors
+  axes, body, vectors = tile(20)
+  assert 1 < vectors < 16 and vectors * body <= CPU_CODE_BUDGET and body >= 20 * 24, (axes, body)

@@ -82,6 +82,8 @@ CPU_PARTIALS_MIN = 1024    # reduce sizes from which those pay for their combine
 CPU_LONG_BODY = 512        # ALU ops per element beyond which the output lanes take one register, not two
 CPU_CHAIN_REGISTERS = 8    # registers of lanes of an elementwise kernel with a transcendental (see _chains)
 CPU_CHAIN_OPS = frozenset({Ops.EXP2, Ops.LOG2, Ops.SIN, Ops.POW})
+CPU_CODE_BUDGET = 4096     # vector ops of a register tile's copies of the kernel body at most (compile time; see _register_tile)
+CPU_CHAIN_OPS_COST = 24    # ALU ops of one of those once decomposed (float32 EXP2: a range reduction and a polynomial)
 CPU_STAGE_REUSE = 8        # row tiles (reads of a staged tile) from which STAGE pays for its copy; half where rows conflict
 CPU_ALONE_BLOCKS = 6       # blocks of lanes a reduction without a second tile axis keeps at least (see _register_tile)
 
@@ -152,6 +154,12 @@ def _chains(plan: _Planner) -> bool:
   return not plan.axes(AxisType.REDUCE) and any(u.op in CPU_CHAIN_OPS for u in plan.sink.toposort())
 
 
+def _body_ops(sink: UOp) -> int:
+  """ALU ops per element as Instruction Selection leaves them: a transcendental (EXP2, LOG2, SIN, POW) counts as the
+  CPU_CHAIN_OPS_COST ops of its decomposition."""
+  return sum(CPU_CHAIN_OPS_COST if u.op in CPU_CHAIN_OPS else 1 for u in sink.toposort() if u.op in GroupOp.ALU)
+
+
 def _work(sink: UOp) -> int:
   return math.prod(s if isinstance(s, int) else (s.vmax or 1) for s in map(axis_size, kernel_axes(sink)))
 
@@ -188,6 +196,10 @@ def _register_tile(plan: _Planner, inner: int | None) -> None:
     # rows, whose border-gated loads would be gathered lane by lane), as many lanes as fill the budget,
     gated = any(u.op is Ops.LOAD and len(u.src) == 3 for u in _memory_ops(plan.sink))
     rows = [k for k in CPU_TILE_ROWS if k * lanes <= CPU_TILE_REGISTERS * plan.caps.vector_width] if lanes else CPU_TILE_ROWS[-3:]
+    # ... and a tile whose copies of the body stay within CPU_CODE_BUDGET vector ops (an LSTM's four steps fused: 8
+    # reductions and 14 EXP2 in its body, 475 ops; 8 rows of 2 vectors made 10,000 lines of C and gcc took 97 s)
+    if lanes and rows and (body := _body_ops(plan.sink) * max(1, lanes // plan.caps.vector_width)) * rows[-1] <= CPU_CODE_BUDGET:
+      rows = [k for k in rows if k * body <= CPU_CODE_BUDGET]
     # the last such axis that a tile size divides (pooling's 27 rows do not: its 64 channels do)
     ungated = [i for i in others if not _border_rows(plan, i, masked)]
     # ... preferably one that some input does not move (its values then serve the whole tile): a gemm's rows,
@@ -197,9 +209,9 @@ def _register_tile(plan: _Planner, inner: int | None) -> None:
     # of b; a 1x1 convolution's output channels share the image's, not its rows, which share only a broadcast
     # weight: 128 -> 256 channels on 40 x 40, 4.5 -> 0.7 ms with AVX-512)
     ungated = [i for i in ungated if inner is not None and _shares_vectors(plan, i, inner)] or ungated
-    if ungated and not any(plan.size(i) % k == 0 for i in ungated for k in rows[:-1]): _pad_ragged(plan, ungated[-1], rows[0])
+    if rows and ungated and not any(plan.size(i) % k == 0 for i in ungated for k in rows[:-1]): _pad_ragged(plan, ungated[-1], rows[0])
     tileable = [i for i in ungated if any(plan.size(i) % k == 0 for k in rows)]
-    other = (tileable or ungated or others or [None])[-1]
+    other = (tileable or ungated or others or [None])[-1] if rows else None
     # ... and few of them where no input serves the whole tile and the reductions are short windows (a pooling's
     # channels each read their own image: the rows share only index arithmetic, and no long chain of sums needs
     # their independent accumulators; max pooling 64x112x112 with 8 lanes: 16 channels 0.82 ms, 4 0.42)
