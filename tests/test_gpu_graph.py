@@ -30,12 +30,26 @@ def test_a_whole_tensor_reduction_is_split_into_partials(op):
 def test_per_channel_statistics_take_their_parts_from_the_outer_reduced_axes():
   """An image batch's per-channel mean, 8 x 3 x 64 x 64 -> 3: the parts are the 8 images and 2 halves of
   each image's rows (each part 2048 contiguous-row elements); then the 16 partials of each channel."""
-  assert _parts((8, 3, 64, 64), (0, 2, 3), 16) == {0: 8, 2: 2}
-  assert _parts((8, 3, 64, 64), (0, 2, 3), 5) == {0: 4}
-  assert _parts((7, 3, 64, 64), (0, 2, 3), 5) == {}  # no divisor of 7 up to 5: left whole
+  assert _parts((8, 3, 64, 64), (0, 2, 3), 16) == ({0: 8, 2: 2}, {})
+  assert _parts((8, 3, 64, 64), (0, 2, 3), 5) == ({0: 4}, {})
+  assert _parts((7, 3, 64, 64), (0, 2, 3), 5) == ({}, {})  # no divisor of 7 up to 5: left whole
   x, out = param(0, "x", (8, 3, 64, 64)), param(1, "out", (1, 3, 1, 1))
   prog = check(sink(store(out, reduce(x, Ops.ADD, (0, 2, 3)))))
   assert len(prog.kernels) == 2
+
+
+def test_a_sum_over_an_axis_with_few_divisors_is_padded_to_its_parts():
+  """x.sum() of 123 x 457 (a std over a whole tensor): 123's divisors up to the 13 parts that fit give 3 (three
+  workgroups did all the work: 0.026 ms on an H100, tinygrad 0.016), so the sum pads the rows to 130 with zeros and
+  takes 13 parts; a max is not padded (its padding would not be neutral)."""
+  assert _parts((123, 457), (0, 1), 13) == ({0: 3}, {})
+  assert _parts((123, 457), (0, 1), 13, pad=True) == ({0: 13}, {0: 130})
+  assert _parts((128, 457), (0, 1), 13, pad=True) == ({0: 8}, {})  # 8 of 13: divisors enough
+  x, out = param(0, "x", (123, 457)), param(1, "out", (1, 1))
+  prog = check(sink(store(out, reduce(x, Ops.ADD, (0, 1)))))
+  assert len(prog.kernels) == 2 and next(b for b in prog.buffers if not b.is_arg).shape == (13, 1, 1)
+  prog = check(sink(store(out, reduce(x, Ops.MAX, (0, 1)))))
+  assert next(b for b in prog.buffers if not b.is_arg).shape[0] == 3
 
 
 def test_many_values_or_short_reductions_are_not_split():

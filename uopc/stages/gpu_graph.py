@@ -9,7 +9,8 @@ tinygrad 0.034). Such a REDUCE becomes two: the reductions of P parts of each va
 rows that fill the GPU), then the reduction of those partials. The parts are taken from the reduced axes
 outermost first (whole axes while they fit, then a divisor of the next one), so each part reads whole
 inner rows: P is the most that leaves SPLIT_ROW elements or more a part and SPLIT_PARTIALS rows or fewer
-in all. The split changes the order of a float reduction's operations, in a way fixed by the shapes alone
+in all; a sum whose outer axis has no such divisor is padded with zeros to one (`_parts`). The split changes the
+order of a float reduction's operations, in a way fixed by the shapes alone
 (the same on every GPU); integer and MAX reductions give the same values.
 """
 from __future__ import annotations
@@ -36,16 +37,20 @@ def gpu_graph(sink: UOp) -> UOp:
   return memo[sink]
 
 
-def _parts(dims: tuple[int, ...], axes: tuple[int, ...], most: int) -> dict[int, int]:
+def _parts(dims: tuple[int, ...], axes: tuple[int, ...], most: int, pad: bool = False) -> tuple[dict[int, int], dict[int, int]]:
   """How many parts each reduced axis gives (outermost first: whole axes while they fit in `most`, then the
-  largest divisor of the next that does); axes not listed give none."""
+  largest divisor of the next that does; axes not listed give none), and the axes padded for it: with `pad` (a sum,
+  whose padding adds zeros), an axis whose divisors would leave fewer than half the parts `most` allows (123 rows:
+  3 parts of 41 x 457 where 13 fit) is padded to a multiple of the parts that fit (130 rows, 13 parts)."""
   parts: dict[int, int] = {}
   for a in sorted(axes):
     room = most // prod(parts.values())
     if dims[a] <= room: parts[a] = dims[a]; continue  # noqa: E702
-    if (d := max(k for k in range(1, room + 1) if dims[a] % k == 0)) > 1: parts[a] = d
+    d = max(k for k in range(1, room + 1) if dims[a] % k == 0)
+    if pad and 2 * d < room: return {**parts, a: room}, {a: -(-dims[a] // room) * room}
+    if d > 1: parts[a] = d
     break
-  return parts
+  return parts, {}
 
 
 def _split(u: UOp) -> UOp | None:
@@ -55,8 +60,11 @@ def _split(u: UOp) -> UOp | None:
   if not all(isinstance(d, int) for d in dims) or not all(isinstance(d, int) for d in u.shape): return None
   values, length = prod(u.shape), prod(dims) // max(1, prod(u.shape))
   if values >= SPLIT_OUTPUTS or length < 4 * SPLIT_ROW: return None
-  parts = _parts(dims, axes, min(SPLIT_PARTIALS // values, length // SPLIT_ROW))
+  parts, padded = _parts(dims, axes, min(SPLIT_PARTIALS // values, length // SPLIT_ROW), pad=op is Ops.ADD)
   if prod(parts.values()) < 2: return None
+  if padded:
+    sizes = tuple(padded.get(a, d) for a, d in enumerate(dims))
+    src, dims = UOp(Ops.PAD, src.dtype, (src, UOp.shape_of((0,) * len(dims)), UOp.shape_of(sizes))), sizes
   # dims with each partly split axis a as (parts, rest); the first REDUCE keeps the parts, the second sums them
   shape: list[int] = []
   first: list[int] = []
