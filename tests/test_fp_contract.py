@@ -96,16 +96,13 @@ def test_the_cli_flag_reaches_the_build(tmp_path):
     assert ("fma.rn.f32" in (out / "gemm.ptx").read_text()) is fused
 
 
-_MUL_ADD = """func f {
-  %a = PARAM([4]) {(0, "a")} : f32
-  %b = PARAM([4]) {(1, "b")} : f32
-  %c = PARAM([4]) {(2, "c")} : f32
-  %out = PARAM([4]) {(3, "out")} : f32
-  %0 = MUL(%a, %b)
-  %1 = ADD(%0, %c)
-  STORE(%out, %1)
-}
-"""
+def _mul_add(n: int, dtype: str) -> str:
+  """out = a * b + c over n elements of dtype."""
+  params = "".join(f'  %{v} = PARAM([{n}]) {{({i}, "{v}")}} : {dtype}\n' for i, v in enumerate(("a", "b", "c", "out")))
+  return f"func f {{\n{params}  %0 = MUL(%a, %b)\n  %1 = ADD(%0, %c)\n  STORE(%out, %1)\n}}\n"
+
+
+_MUL_ADD = _mul_add(4, "f32")
 
 
 @pytest.mark.parametrize("target, fused_by_default", [("cuda", True), ("amd", True), ("c", False), ("llvm", False)])
@@ -131,16 +128,7 @@ def test_uopc_run_takes_the_flag(tmp_path):
     np.testing.assert_array_equal(np.load(tmp_path / "out.npy"), np.full(4, want, np.float32))
 
 
-_BOOL_MUL_ADD = """func f {
-  %a = PARAM([8]) {(0, "a")} : bool
-  %b = PARAM([8]) {(1, "b")} : bool
-  %c = PARAM([8]) {(2, "c")} : bool
-  %out = PARAM([8]) {(3, "out")} : bool
-  %0 = MUL(%a, %b)
-  %1 = ADD(%0, %c)
-  STORE(%out, %1)
-}
-"""
+_BOOL_MUL_ADD = _mul_add(8, "bool")
 
 
 @pytest.mark.parametrize("target", ["cuda", "amd", "metal", "c", "llvm"])

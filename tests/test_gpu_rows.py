@@ -158,13 +158,18 @@ def test_short_rows_match_numpy(tmp_path, target):
   np.testing.assert_array_equal(emulated(row_reduce(96, 64, "MAX"), tmp_path, {"x": x}, target), x.max(1, keepdims=True))
 
 
-def _cumsum(rows: int, n: int) -> Func:
-  """tinygrad's cumsum, exported: a window sum over blocks of 256 of the padded row, then the blocks' offsets."""
+def _exported(name: str, fn, rows: int, n: int) -> Func:
+  """`fn` of a rows x n tensor written with tinygrad's methods, exported."""
   tinygrad = pytest.importorskip("tinygrad", reason="tinygrad 0.14 is not installed (pip install -e '.[test]')")
   import uopc
-  f = Func("cumsum")
-  f.text = lambda: uopc.export(lambda x: x.cumsum(-1), tinygrad.Tensor.empty(rows, n), name="cumsum")  # type: ignore[method-assign]
+  f = Func(name)
+  f.text = lambda: uopc.export(fn, tinygrad.Tensor.empty(rows, n), name=name)  # type: ignore[method-assign]
   return f
+
+
+def _cumsum(rows: int, n: int) -> Func:
+  """tinygrad's cumsum, exported: a window sum over blocks of 256 of the padded row, then the blocks' offsets."""
+  return _exported("cumsum", lambda x: x.cumsum(-1), rows, n)
 
 
 def test_a_window_sum_over_a_padded_row_takes_a_thread_per_output():
@@ -317,12 +322,7 @@ def test_the_three_operand_einsum_matches_numpy(tmp_path, target):
   np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-3)
 
 
-def _logcumsumexp(rows: int, n: int) -> Func:
-  tinygrad = pytest.importorskip("tinygrad", reason="tinygrad 0.14 is not installed (pip install -e '.[test]')")
-  import uopc
-  f = Func("lcse")
-  f.text = lambda: uopc.export(lambda x: x.logcumsumexp(-1), tinygrad.Tensor.empty(rows, n), name="lcse")  # type: ignore[method-assign]
-  return f
+def _logcumsumexp(rows: int, n: int) -> Func: return _exported("lcse", lambda x: x.logcumsumexp(-1), rows, n)
 
 
 def test_a_reduction_beside_the_rows_is_shared_by_its_threads_too():
