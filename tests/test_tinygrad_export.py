@@ -183,6 +183,24 @@ def test_an_assignment_to_an_input_is_refused_not_dropped():
   assert f"{__file__}:{line}:" in text and "assigns to example input 0" in text, text
 
 
+def test_realize_inside_the_function_keeps_the_graph_and_reading_values_is_refused(tmp_path):
+  """`.realize()` changes no value: the export keeps computing from the input (it ran tinygrad on the empty example
+  and exported its result as a weight PARAM before). Reading values into Python (`.item()`, `.numpy()`) would bake
+  in what the empty examples gave: refused at the line."""
+  def staged(x): return (x * 2).realize() + 1
+  x = f32(5)
+  (out,) = run_exported(staged, (x,), tmp_path)
+  assert_match(out, x * 2 + 1)
+  def branchy(x):
+    if x.max().item() > 0: return x  # MARK-ITEM
+    return -x
+  with pytest.raises(CompileError) as e:
+    uopc.export(branchy, Tensor.empty(3))
+  line = next(i for i, s in enumerate(open(__file__).read().splitlines(), 1) if s.strip().endswith("# MARK-ITEM"))
+  assert f"{__file__}:{line}:" in e.value.format() and "reads a tensor's values" in e.value.format()
+  assert Tensor([1.0]).numpy().tolist() == [1.0]  # restored after the trace
+
+
 def test_an_exception_in_the_traced_function_is_a_located_user_error():
   def broken(x): return x.reshape(7)
   with pytest.raises(CompileError) as e:

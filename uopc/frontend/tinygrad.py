@@ -119,8 +119,11 @@ def _user_frame() -> tuple[str, int]:
 
 @contextmanager
 def recording(sites: Sites) -> Iterator[None]:
-  """Patch Tensor construction for the duration of a trace so each new node gets its user site: both
-  `Tensor(...)` and `_apply_uop`, which builds the result of an elementwise op without `__init__`."""
+  """Patch Tensor for the duration of a trace: construction, so each new node gets its user site (both
+  `Tensor(...)` and `_apply_uop`, which builds the result of an elementwise op without `__init__`, and an
+  assignment's new node); `realize` keeps the graph lazy (it changes no value, and would run tinygrad on the
+  empty examples, whose result became a weight PARAM); reading values into Python raises (the program would bake
+  in what empty examples gave)."""
   original, original_apply, original_assign = Tensor.__init__, Tensor._apply_uop, Tensor.assign
   def init(self, *args, **kwargs):
     original(self, *args, **kwargs)
@@ -133,9 +136,17 @@ def recording(sites: Sites) -> Iterator[None]:
     ret = original_assign(self, *args, **kwargs)
     sites.record(self.uop)
     return ret
-  Tensor.__init__, Tensor._apply_uop, Tensor.assign = init, apply, assign
+  def realize(self, *others, **kwargs): return self  # values do not change; tinygrad would run on the empty examples
+  def read(self, *args, **kwargs):
+    raise ValueError("the function reads a tensor's values in Python (numpy, item, tolist, data); an exported program "
+                     "cannot depend on them: compute with Tensor ops (where, maximum, ...) instead")
+  patched = {"__init__": init, "_apply_uop": apply, "assign": assign, "realize": realize,
+             **{name: read for name in ("numpy", "item", "tolist", "data")}}
+  saved = {name: Tensor.__dict__[name] for name in patched}
+  for name, fn in patched.items(): setattr(Tensor, name, fn)
   try: yield
-  finally: Tensor.__init__, Tensor._apply_uop, Tensor.assign = original, original_apply, original_assign
+  finally:
+    for name, fn in saved.items(): setattr(Tensor, name, fn)
 
 
 # ---- the graph walk ----------------------------------------------------------------------------------
