@@ -196,6 +196,9 @@ class Program:
 def _dims(shape) -> str: return "[" + ", ".join(map(str, shape)) + "]"
 
 
+LONG_LITERALS = (0.7978845608028654, 1.4426950408889634, 0.6931471805599453, 0.044715, 3.141592653589793, 1.0000001)
+
+
 def _literal(v, dt: str) -> str:
   return repr(float(v)) if is_float(dt) else str(int(v))
 
@@ -274,7 +277,11 @@ class _Builder:
     if a.dt != "bool" and self.draw(st.booleans()):  # a scalar literal operand
       c = self.draw(st.integers(1, 7) if op in ("IDIV", "MOD", "SHL", "SHR") or a.dt.startswith("u") else st.integers(-4, 4))
       lit = np.array(c, NP[a.dt]) if not is_float(a.dt) else to_float(np.array(c / 2), a.dt)
-      b_text, b_val = _literal(lit, a.dt), np.broadcast_to(lit, a.shape)
+      b_text = _literal(lit, a.dt)
+      if is_float(a.dt) and self.draw(st.booleans()):  # digits past the dtype's precision: the literal means its rounding
+        long = self.draw(st.sampled_from(LONG_LITERALS)) * (1 if c >= 0 else -1)
+        lit, b_text = to_float(np.array(long), a.dt), repr(long)
+      b_val = np.broadcast_to(lit, a.shape)
     else:
       b = self.partner(a)
       if op in ("IDIV", "MOD") and np.any(b.value == 0): b = self.emit(f"OR({b.name}, 1)", b.dt, b.value | NP[b.dt](1))
