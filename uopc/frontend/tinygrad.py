@@ -48,9 +48,12 @@ _RENAMED = {"RECIPROCAL": "RECIP", "CDIV": "IDIV", "CMOD": "MOD", "FDIV": "DIV"}
 _ALU = frozenset("""ADD MUL MAX SUB NEG CMPLT CMPNE CMPEQ WHERE EXP2 LOG2 SIN SQRT RECIPROCAL TRUNC CDIV CMOD
   FDIV POW AND OR XOR SHL SHR FLOORDIV FLOORMOD MULACC THREEFRY""".split())
 _PASS = frozenset({"DETACH", "CONTIGUOUS_BACKWARD"})
+_MOVEMENT = frozenset({"RESHAPE", "EXPAND", "PERMUTE", "PAD", "SHRINK", "FLIP"})
 _HINTS = {
-  "AFTER": "an assignment or random numbers inside the traced function; realize the model's weights and random "
-           "tensors before exporting (e.g. Tensor.realize(*nn.state.get_parameters(model)))",
+  "AFTER": "an assignment to an input or a view of one, to a realized weight, or to a tensor that something else "
+           "also reads before it (tinygrad's result then depends on its schedule), or random numbers inside the traced "
+           "function; realize the model's weights and random tensors before exporting "
+           "(e.g. Tensor.realize(*nn.state.get_parameters(model)))",
   "STORE": "an assignment inside the traced function; uopc exports pure functions",
 }
 
@@ -220,6 +223,7 @@ class Converter:
   def __init__(self, w: Writer, leaves: dict[Any, str], new_weight: Callable[[Any], str], sites: Sites):
     self.w, self.leaves, self.new_weight, self.sites = w, leaves, new_weight, sites
     self.done: dict[tuple[Any, str | None], str] = {}
+    self.users: dict[Any, set] | None = None  # node -> the nodes that read it, over the whole traced graph
 
   def value(self, root: Any, want: str | None = None) -> str:
     """The uopc name of `root`'s value; a weak root is written in dtype `want`."""
@@ -287,16 +291,31 @@ class Converter:
     raise _Unsupported(f"tinygrad op {name} is not supported by the exporter" + (f" ({_HINTS[name]})" if name in _HINTS else ""))
 
   def _fill(self, u: Any) -> Any:
-    """What a buffer made inside the trace holds: tinygrad 0.14's `Tensor.full` (so `zeros`, `ones`,
-    `*_like`) writes its value into a fresh buffer, `AFTER(view, STORE(view, value))`. The value, or None
-    where the AFTER is anything else (an assignment to an input or to a weight that holds data)."""
-    if len(u.src) != 2 or u.src[1].op is not T.STORE: return None
+    """The value an assignment inside the trace leaves, `AFTER(view, STORE(view, value))` storing the whole view:
+    into a fresh buffer (tinygrad 0.14's `Tensor.full`, so `zeros`, `ones`, `*_like`, writes its value so) or
+    into a value computed in the trace (`y = x * 2; y += 1`: nothing outside changes; what read y before
+    keeps reading the old value, as in tinygrad). None where the AFTER is anything else: an assignment to an
+    input, to a view of one, or to a weight that holds data (a side effect a pure entry cannot have)."""
+    if len(u.src) != 2 or u.src[1].op is not T.STORE or not self._only_for(u): return None
     view, (target, value) = u.src[0], u.src[1].src[:2]
     if target is not view or tuple(value.shape) != tuple(view.shape): return None
     base = view
-    while base.op is T.RESHAPE: base = base.src[0]
-    if base.op is not T.BUFFER or _variable(base) or buffer_data(base)[0] is not None: return None
-    return None if any(base is leaf or base is getattr(leaf, "base", None) for leaf in self.leaves) else value
+    while base.op.name in _MOVEMENT and base not in self.leaves: base = base.src[0]
+    if base in self.leaves or any(base is getattr(leaf, "base", None) for leaf in self.leaves): return None
+    if base.op is not T.BUFFER: return None if base.op in (T.PARAM, T.COPY) or multi.is_multi(base) else value
+    return None if _variable(base) or buffer_data(base)[0] is not None else value
+
+  def _only_for(self, u: Any) -> bool:
+    """The value before assignment `u` (its view) and what is computed from it serve only the new value: where
+    something else reads it too (`y *= y; z = y * 1; y -= 3; return y + z`), tinygrad gives that reader the value
+    after the assignment or before it depending on its schedule, so such a program is refused, not guessed."""
+    if self.users is None: return False
+    view, store = u.src[0], u.src[1]
+    reach: dict[Any, bool] = {}
+    for n in store.src[1].toposort():
+      reach[n] = n is view or any(reach.get(x, False) for x in n.src)
+    inside = {n for n, r in reach.items() if r} | {view}
+    return all(r in inside or r is store or r is u for n in inside for r in self.users.get(n, ()))
 
   def _const(self, u: Any, weak_as: str | None) -> str:
     v = u.arg
@@ -474,6 +493,9 @@ def trace(fn: Callable, examples: Sequence[Any], name: str | None = None, input_
     found.append((p, buf))
     return p.declare(w)
   conv = Converter(w, leaves, new_weight, sites)
+  conv.users = {}
+  for n in TUOp.sink(*[t.uop for t in outs]).toposort():
+    for x in n.src: conv.users.setdefault(x, set()).add(n)
   values = []
   for i, t in enumerate(outs):
     try:
