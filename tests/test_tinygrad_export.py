@@ -295,3 +295,15 @@ def test_cli_export_with_a_symbolic_size(tmp_path):
   assert_match(got, np.maximum(x @ w, 0).sum(1))
   r = uopc_cli("export", "model.py:block", "-i", "x=Nx3", "-i", "w=3x4", cwd=tmp_path)
   assert r.returncode == 1 and "give its range with --var N=LO..HI" in r.stderr
+
+
+def test_an_assignment_to_a_weight_no_output_reads_is_a_note(capsys):
+  """BatchNorm in training mode updates its running statistics (a side effect no output reads): the entry computes
+  the outputs with the batch's statistics, and a note says the weights are not updated."""
+  from tinygrad.helpers import Context
+  bn = nn.BatchNorm2d(4)
+  for t in (bn.weight, bn.bias, bn.running_mean, bn.running_var): t.realize()
+  with Context(TRAINING=1):
+    uopc.export(lambda x: bn(x), Tensor.empty(2, 4, 3, 3), weights=bn)
+  err = capsys.readouterr().err
+  assert "note:" in err and "assigns to weight 'running_mean'" in err and "does not update it" in err, err

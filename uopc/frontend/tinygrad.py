@@ -432,13 +432,17 @@ def _outputs(ret: Any, fn_name: str) -> list[Any]:
   return outs
 
 
-def _weight_names(weights: Any) -> dict[Any, str]:
-  """BUFFER node -> name, from a model (its state dict) or a {name: Tensor} mapping."""
+def _named_weights(weights: Any) -> dict[str, Any]:
+  """name -> Tensor, from a model (its state dict) or a {name: Tensor} mapping."""
   if weights is None: return {}
   from tinygrad.nn.state import get_state_dict
-  named = weights if isinstance(weights, dict) else get_state_dict(weights)
+  return dict(weights) if isinstance(weights, dict) else get_state_dict(weights)
+
+
+def _weight_names(weights: Any) -> dict[Any, str]:
+  """BUFFER node -> name, from a model (its state dict) or a {name: Tensor} mapping."""
   out = {}
-  for key, t in named.items():
+  for key, t in _named_weights(weights).items():
     base = next((u for u in t.uop.toposort() if u.op is T.BUFFER), None)
     if base is not None: out.setdefault(base, c_identifier(key))
   return out
@@ -464,6 +468,8 @@ def trace(fn: Callable, examples: Sequence[Any], name: str | None = None, input_
   sites = Sites()
   for t in tensors: sites.record(t.uop)
   before = [t.uop for t in tensors]
+  named = _named_weights(weights)
+  weights_before = {k: t.uop for k, t in named.items()}
   with recording(sites):
     try:
       ret = fn(*tensors)
@@ -474,6 +480,10 @@ def trace(fn: Callable, examples: Sequence[Any], name: str | None = None, input_
     if t.uop is not u:  # `x.assign(...)` or an in-place op on an input: a side effect a pure entry cannot have
       raise _located(_Unsupported(f"the function assigns to example input {i}; uopc exports pure functions (assign "
                                   "to a copy, e.g. `x = x + 1`, and return it)", t.uop), sites, entry)
+  for k, t in named.items():
+    if t.uop is not weights_before[k]:  # BatchNorm's running statistics in training mode: a side effect no output reads
+      constants.notes.append((sites.of(t.uop), f"in {entry}: the function assigns to weight '{k}'; the exported entry "
+                                               "computes its outputs only and does not update it"))
   w, leaves = Writer(), {}
   names = _input_names(fn, len(tensors), input_names)
   inputs = []
