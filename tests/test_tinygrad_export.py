@@ -39,6 +39,7 @@ def rms_swiglu(x, w1, w3):
   return (h @ w1).silu() * (h @ w3)
 def fills(x): return x + Tensor.ones(x.shape[-1], x.shape[-1]).triu(1) * -1e9 + Tensor.full_like(x, 0.5)
 def scatter_sum(idx, y): return Tensor.zeros(4, 6).scatter_reduce(0, idx, y, reduce="sum")
+def int_pow(a): return (a % 7) ** 3 + a ** 0  # integer POW: tinygrad's products (seed 000's POW is a float op)
 def in_place(x):  # assignments to values computed in the function: nothing outside changes
   y = x * 2
   y += 1
@@ -62,6 +63,7 @@ PROGRAMS = [
   (fills, lambda: (f32(2, 5, 5),)),  # tinygrad 0.14's Tensor.full writes a fresh buffer: AFTER(buf, STORE(buf, value))
   (scatter_sum, lambda: (RNG.integers(0, 4, (7, 6)).astype(np.int32), f32(7, 6))),
   (in_place, lambda: (f32(3, 4),)),
+  (int_pow, lambda: (RNG.integers(-50, 50, (9,)).astype(np.int32),)),
 ]
 
 
@@ -295,6 +297,15 @@ def test_cli_export_with_a_symbolic_size(tmp_path):
   assert_match(got, np.maximum(x @ w, 0).sum(1))
   r = uopc_cli("export", "model.py:block", "-i", "x=Nx3", "-i", "w=3x4", cwd=tmp_path)
   assert r.returncode == 1 and "give its range with --var N=LO..HI" in r.stderr
+
+
+def test_an_unsigned_constant_out_of_range_wraps_as_the_ir_wants(tmp_path):
+  """x - 200 on uint8 is written by tinygrad as x + 200 * -1: the -1 is uint8's 255 (it was written as -1, which the
+  verifier refuses). The result wraps (tinygrad's CPU backend computes it in int: 301 where uint8 gives 45)."""
+  def sub(a): return (a.cast(dtypes.uint8) - 200).cast(dtypes.int32)
+  a = RNG.integers(-300, 300, (16,)).astype(np.int32)
+  (out,) = run_exported(sub, (a,), tmp_path)
+  np.testing.assert_array_equal(out, (a.astype(np.uint8) - np.uint8(200)).astype(np.int32))
 
 
 def test_an_assignment_to_a_weight_no_output_reads_is_a_note(capsys):

@@ -324,7 +324,10 @@ class Converter:
       except (TypeError, ValueError): raise _Unsupported(f"CONST {v!r} has no uopc value") from None
     dt = weak_as or uopc_dtype(u.dtype)
     if dt == "bool": v = bool(v)
-    elif dt[0] in "iu": v = int(v)
+    elif dt[0] in "iu":  # wrapped to the dtype, as tinygrad's own constants are (x - 200 on uint8 multiplies by -1)
+      bits = int(dt[1:])
+      v = int(v) & ((1 << bits) - 1)
+      if dt[0] == "i" and v >= 1 << (bits - 1): v -= 1 << bits
     else: v = float(v)
     return self.w.let(f"CONST {{{format_arg(v)}}} : {dt}")
 
@@ -340,7 +343,24 @@ class Converter:
 
   def _alu(self, u: Any, weak_as: str | None) -> str:
     ops = [self._get(s, self._operand_dtype(u, weak_as, i)) for i, s in enumerate(u.src)]
+    if u.op.name == "POW" and (weak_as or uopc_dtype(u.dtype))[0] in "iu": return self._int_pow(u, ops[0])
     return self.w.let(f"{_RENAMED.get(u.op.name, u.op.name)}({', '.join(ops)})")
+
+  def _int_pow(self, u: Any, base: str) -> str:
+    """An integer POW (seed 000's POW is a float op): by a constant exponent n >= 0, the products tinygrad's own
+    rewrite makes of it (x ** 3 = x * x * x; integer products wrap, so their order does not matter)."""
+    e = u.src[1]
+    while e.op.name in _MOVEMENT: e = e.src[0]
+    n = e.arg if e.op is T.CONST and isinstance(e.arg, (int, float)) and not isinstance(e.arg, bool) else None
+    if n is None or n < 0 or n != int(n):
+      raise _Unsupported("POW of integers is exported only by a constant exponent of 0 or more (tinygrad's own rule)")
+    n, acc, p = int(n), None, base
+    if n == 0: return self.w.let(f"ADD({self.w.let(f'MUL({base}, 0)')}, 1)")
+    while n:
+      if n & 1: acc = p if acc is None else self.w.let(f"MUL({acc}, {p})")
+      n >>= 1
+      if n: p = self.w.let(f"MUL({p}, {p})")
+    return acc
 
   def _cast(self, u: Any) -> str:
     src = u.src[0]
