@@ -13,11 +13,15 @@ cuLaunchKernel only records. Everything is recorded in one log, in call order:
   ["pool", pool, current ctx, allocation type, location type, device], ["pool_attr", pool, attribute, value],
   ["nccl_init", device...], ["group_start"], ["allreduce", device, count, dtype, op, stream, send, recv],
   ["group_end"], ["nccl_destroy", device], ["attribute", kernel, attribute, value] (cuFuncSetAttribute),
-  ["shared", kernel, bytes] (after the launch of a kernel given dynamic shared memory).
+  ["shared", kernel, bytes] (after the launch of a kernel given dynamic shared memory), ["stream_create", stream,
+  flags, ctx], ["capture_begin", stream, mode], ["capture_end", stream, graph], ["instantiate", exec, graph],
+  ["graph_launch", exec, stream], ["graph_destroy", graph], ["exec_destroy", exec] (a graph's launches are logged
+  as they are captured; its replays only as graph_launch).
 A stream s lives in context 100 + s, on device s % 10 (so streams 1 and 11: one GPU, two contexts);
 cuCtxGetDevice answers for the context on top of the stack the fake keeps. FAKE_NCCL_FAIL=r makes
 ncclAllReduce return r; FAKE_CC=XY makes every device of compute capability X.Y (default 8.0), FAKE_LOAD_FAIL=r the first cuModuleLoadData return r; FAKE_SHARED_MAX=n makes cuFuncSetAttribute refuse (CUDA_ERROR_INVALID_VALUE) more
-dynamic shared memory than n bytes.
+dynamic shared memory than n bytes, FAKE_CAPTURING=s has cuStreamIsCapturing answer that stream s is being
+captured, FAKE_INSTANTIATE_FAIL=r makes cuGraphInstantiateWithFlags return r.
 """
 from __future__ import annotations
 
@@ -89,6 +93,20 @@ CUresult cuStreamWaitEvent(P s, P e, unsigned f) { (void)f; LOG("[\"wait\", %ld,
 CUresult cuMemcpyPeerAsync(unsigned long long dst, P dctx, unsigned long long src, P sctx, size_t n, P s) {
   memcpy((void*)dst, (const void*)src, n);
   LOG("[\"copy\", \"peer\", %llu, %ld, %llu, %ld, %zu, %ld]", dst, (long)dctx, src, (long)sctx, n, (long)s); return 0; }
+static long capturing = -1; static long n_created, n_graphs, n_execs;
+CUresult cuStreamIsCapturing(P s, int* status) {  /* FAKE_CAPTURING=s: the application captures stream s */
+  const char* app = getenv("FAKE_CAPTURING");
+  *status = (long)s == capturing || (app != NULL && atol(app) == (long)s); return 0; }
+CUresult cuStreamCreate(P* s, unsigned f) { *s = (P)(1000 + ++n_created); LOG("[\"stream_create\", %ld, %u, %ld]", (long)*s, f, stub_current()); return 0; }
+CUresult cuStreamBeginCapture_v2(P s, int mode) { capturing = (long)s; LOG("[\"capture_begin\", %ld, %d]", (long)s, mode); return 0; }
+CUresult cuStreamEndCapture(P s, P* g) { capturing = -1; *g = (P)(++n_graphs); LOG("[\"capture_end\", %ld, %ld]", (long)s, n_graphs); return 0; }
+CUresult cuGraphInstantiateWithFlags(P* e, P g, unsigned long long f) {  /* FAKE_INSTANTIATE_FAIL=r: answers r */
+  const char* fail = getenv("FAKE_INSTANTIATE_FAIL"); (void)f;
+  if (fail != NULL) return atoi(fail);
+  *e = (P)(++n_execs); LOG("[\"instantiate\", %ld, %ld]", n_execs, (long)g); return 0; }
+CUresult cuGraphLaunch(P e, P s) { LOG("[\"graph_launch\", %ld, %ld]", (long)e, (long)s); return 0; }
+CUresult cuGraphDestroy(P g) { LOG("[\"graph_destroy\", %ld]", (long)g); return 0; }
+CUresult cuGraphExecDestroy(P e) { LOG("[\"exec_destroy\", %ld]", (long)e); return 0; }
 CUresult cuMemcpyDtoDAsync_v2(unsigned long long dst, unsigned long long src, size_t n, P s) {
   memcpy((void*)dst, (const void*)src, n); LOG("[\"copy\", \"dtod\", %llu, %llu, %zu, %ld]", dst, src, n, (long)s); return 0; }
 """
@@ -145,8 +163,8 @@ if spec.get("init") is not None:
   out["num_devices"] = getattr(lib, p + "_nccl_num_devices")()
 arrays = [np.array(a, dtype=t) for a, t in spec["args"]]
 fn = getattr(lib, p + "_" + spec["entry"])
-for _ in range(spec.get("repeat", 1)):
-  status = fn(*[ctypes.c_void_p(a.ctypes.data) for a in arrays], *[ctypes.c_void_p(s) for s in spec["streams"]])
+for streams in spec.get("calls") or [spec["streams"]] * spec.get("repeat", 1):
+  status = fn(*[ctypes.c_void_p(a.ctypes.data) for a in arrays], *[ctypes.c_void_p(s) for s in streams])
 getattr(lib, p + "_strerror").restype = ctypes.c_char_p
 if spec.get("teardown"): getattr(lib, p + "_nccl_teardown")()
 cuda.stub_log_text.restype = ctypes.c_char_p
@@ -168,15 +186,17 @@ def build_fakes(d: pathlib.Path) -> dict[str, str]:
 
 
 def call(fakes: dict[str, str], lib: pathlib.Path, prefix: str, entry: str, args, streams: list[int], nccl: bool = True,
-         init: list[int] | None = None, env: dict[str, str] | None = None, teardown: bool = False, repeat: int = 1) -> dict:
+         init: list[int] | None = None, env: dict[str, str] | None = None, teardown: bool = False, repeat: int = 1,
+         calls: list[list[int]] | None = None) -> dict:
   """Call `entry` of `lib` in a child process with the fakes loaded (the fake NCCL when `nccl`); `args`:
   (values, numpy dtype name) per buffer argument; `init`: devices for PREFIX_nccl_init first. Returns the
   status, its message, the context depth and current context after, the argument pointers and values after,
-  and the log; `repeat`: how many times the entry is called (the status is the last call's)."""
+  and the log; `repeat`: how many times the entry is called (the status is the last call's); `calls`: instead,
+  the streams of each call."""
   import os
   spec = {"cuda": fakes["cuda"], "nccl": fakes["nccl"] if nccl else None, "lib": str(lib), "prefix": prefix, "entry": entry,
           "args": [[list(map(float if "float" in t else int, v)), t] for v, t in args], "streams": streams, "init": init,
-          "teardown": teardown, "repeat": repeat}
+          "teardown": teardown, "repeat": repeat, "calls": calls}
   done = subprocess.run([sys.executable, "-c", CHILD, json.dumps(spec)], capture_output=True, text=True, env={**os.environ, **(env or {})})
   assert done.returncode == 0, done.stderr
   return json.loads(done.stdout)

@@ -20,7 +20,8 @@ memory pool on the context's device (`cuMemPoolCreate` when the module is loaded
 most that calls in flight together used), so that a call after a synchronization reuses the memory of
 the one before instead of mapping new memory (the device's default pool gives freed memory back at
 every synchronization: 50-80 us more a call on an H100 for a small model); the application's default
-pool is untouched.
+pool is untouched. An entry of several launches replays a CUDA graph of them when called again with the
+same context, stream and arguments (`uopc/targets/cuda/graphs.py`; UOPC_CUDA_GRAPHS=0 turns it off).
 
 Return codes: the C target's `uopc_status` for argument checks (UOPC_ERR_NO_MEMORY when the workspace
 cannot be had), and UOPC_CUDA_ERR_NO_DRIVER (libcuda.so.1 or a function missing),
@@ -40,7 +41,7 @@ from typing import Any, Sequence
 from uopc.embedded_data import c_arrays, data_table, slot_data
 from uopc.launcher import (EntryArg, EntryKernels, header_file, arg_checks, c_identifier, c_param, c_string, entry_accessors, entry_notes,
                            entry_args, strerror_function)
-from uopc.targets.cuda import multi_device, nccl
+from uopc.targets.cuda import graphs, multi_device, nccl
 from uopc.targets.gpu_launcher import data_of, entry_launches, launcher_source
 
 CUDA_STATUS = (("UOPC_CUDA_ERR_NO_DRIVER", 100, "libcuda.so.1 (the CUDA driver) or one of its functions was not found"),
@@ -171,7 +172,9 @@ def render_header(name: str, entries: Sequence[EntryKernels]) -> str:
    uopc_status (a failed argument check: nothing is queued) or a UOPC_CUDA_ERR_* code;
    {prefix}_strerror(code) describes it. The CUDA driver (libcuda.so.1) is loaded at first use; the
    kernels run in the calling thread's current context (the runtime's current device), where the
-   library loads its module once (on H100/H200, its sm_90a kernels where it has them). Link with -l{name} -ldl -lpthread.{_MULTI_DOC.format(prefix=prefix) if multi else ""} */"""
+   library loads its module once (on H100/H200, its sm_90a kernels where it has them). An entry of several
+   kernels, called again with the same arguments and stream, replays a CUDA graph of its launches
+   (UOPC_CUDA_GRAPHS=0 in the environment: never). Link with -l{name} -ldl -lpthread.{_MULTI_DOC.format(prefix=prefix) if multi else ""} */"""
   declarations = f"""{_header_types()}
 
 /* The entries. */
@@ -278,9 +281,10 @@ enum {{ {p}__NUM_DATA = {len(table)} }};
 
 
 def _runtime(prefix: str, images: Sequence[Image], kernels: list[str], multi: bool = False, single: bool = True,
-             table: Sequence[bytes] = (), workspace: int = 0) -> str:
+             table: Sequence[bytes] = (), workspace: int = 0, graphed: bool = False) -> str:
   """The embedded images and the driver loader; `multi`/`single`: whether entries on several devices / on one exist;
-  `table`: the library's constant data; `workspace`: the largest workspace of a single-device entry (0: none)."""
+  `table`: the library's constant data; `workspace`: the largest workspace of a single-device entry (0: none);
+  `graphed`: whether some entry replays CUDA graphs (uopc/targets/cuda/graphs.py)."""
   p = prefix
   shared = [[k.shared_bytes for k in image.kernels] for image in images]
   functions = _DRIVER_FUNCTIONS + (multi_device.DRIVER_FUNCTIONS if multi else ()) + (DATA_FUNCTIONS if table else ()) + \
@@ -313,11 +317,11 @@ static pthread_mutex_t {p}__module_lock = PTHREAD_MUTEX_INITIALIZER;
 static CUcontext {p}__contexts[{p}__MAX_CONTEXTS];
 static CUfunction {p}__functions[{p}__MAX_CONTEXTS][{p}__NUM_KERNELS];
 static int {p}__num_contexts;
-{_variant_of(p) if len(images) > 1 else ""}{shared_decls}{data_decls}{pool_decls}
+{_variant_of(p) if len(images) > 1 else ""}{shared_decls}{data_decls}{pool_decls}{graphs.runtime(p) + chr(10) if graphed else ""}
 static void {p}__load_cuda(void) {{
   void* lib = dlopen("libcuda.so.1", RTLD_NOW | RTLD_LOCAL);
   if (lib == NULL) return;
-{loads}
+{loads}{chr(10) + f"  {p}__load_graphs(lib);" if graphed else ""}
   {p}__cu.loaded = {all_loaded} && {p}__cu.Init(0) == 0;
 }}
 
@@ -400,9 +404,11 @@ def _wrapper(prefix: str, entry: EntryKernels, first: int, table: Sequence[bytes
              f"  if (err != 0) return err == {multi_device.CUDA_ERROR_OUT_OF_MEMORY} ? UOPC_ERR_NO_MEMORY : UOPC_CUDA_ERR_DRIVER + err;"]
     free = [f"  err = {prefix}__cu.MemFreeAsync(workspace, stream);  /* after the kernels, in stream order */",
             "  if (status == UOPC_OK && err != 0) status = UOPC_CUDA_ERR_DRIVER + err;"]
+  body = [*alloc, "  do {", *launches, "  } while (0);", *free]
+  if graphs.uses_graph(entry): return graphs.wrapper(prefix, entry, args, _prototype(prefix, entry, args), arg_checks(args), body)
   return "\n".join([f"{_prototype(prefix, entry, args)} {{", *arg_checks(args), "  CUfunction* functions = NULL;",
                     f"  int status = {prefix}__functions_of_context(&functions);", "  if (status != UOPC_OK) return status;",
-                    *alloc, "  do {", *launches, "  } while (0);", *free, "  return status;", "}"])
+                    *body, "  return status;", "}"])
 
 
 def _accessors(prefix: str, n: int, multi: bool) -> str:
@@ -434,6 +440,7 @@ def render_source(name: str, entries: Sequence[EntryKernels], images: Sequence[I
   single = not all(multi_device.entry_devices(e) for e in entries)
   table = data_table(entries)
   workspace = max((e.workspace.size for e in entries if e.workspace is not None and not multi_device.entry_devices(e)), default=0)
-  runtime = _runtime(prefix, images, kernels, multi, single, table, workspace) + ("\n\n" + multi_device.runtime(prefix) if multi else "")
+  graphed = any(graphs.uses_graph(e) for e in entries)
+  runtime = _runtime(prefix, images, kernels, multi, single, table, workspace, graphed) + ("\n\n" + multi_device.runtime(prefix) if multi else "")
   return launcher_source(name, f"{name}_cuda.c", entries, render_header(name, entries), runtime,
                          lambda e, first: _wrapper(prefix, e, first, table, images), _accessors(prefix, len(entries), multi))
