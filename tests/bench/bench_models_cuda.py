@@ -9,7 +9,8 @@ kernels they name, and every program with such a kernel is built and timed again
 
 uopc: the program exported with `uopc.export`, built with `uopc build -t cuda`, its entry called on
 device buffers; the time is the median of several calls between CUDA events on the default stream
-(its kernel launches and its kernels), and the median replay of the entry captured into a CUDA graph on its
+(its kernel launches and its kernels; an entry of several kernels, called again with the same arguments,
+replays its own CUDA graph of them: uopc/targets/cuda/graphs.py; UOPC_CUDA_GRAPHS=0 times direct launches), and the median replay of the entry captured into a CUDA graph on its
 own stream (its kernels back to back, without the host's launch gaps between them). tinygrad: the same function under TinyJit on its CUDA device
 (default settings, no BEAM), timed two ways: the median wall time of a replay and a synchronize (its
 kernels and its launch loop), and its kernel time as tinygrad itself counts it under DEBUG=2
