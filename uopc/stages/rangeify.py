@@ -81,6 +81,7 @@ from uopc.stages import collective_calls
 from uopc.stages.buffer_versions import data_srcs as _data_srcs, reads_before_writes, strip_after as _strip_after, version as _version
 from uopc.stages.callify import bind_arguments
 from uopc.stages.contiguous_copy import contiguous_copy
+from uopc.stages.contraction import contraction_order
 from uopc.stages.cpu_graph import cpu_graph
 from uopc.stages.fusion_checks import FusionChecks, _Nested, _ranges, _Unfused
 from uopc.stages.fusion_cost import reads_something
@@ -586,6 +587,7 @@ def rangeify(sink: UOp, cpu: bool = False) -> KernelProgram:
   (`uopc.stages.cpu_graph`'s rewrites first, the fusion cost's CPU weights), else a GPU target
   (`uopc.stages.gpu_graph`'s split of long reductions to few values first; long reductions nested in
   another reduction's loop realized)."""
+  sink = contraction_order(sink)
   sink = cpu_graph(sink) if cpu else gpu_graph(sink)
   sink = reads_before_writes(sink)
   unfused: frozenset[UOp] = frozenset()
