@@ -23,6 +23,8 @@
    fewer than all the output loops where that would keep the others off the grid with no workgroup row
    to share them (`uopc.stages.fusion_checks`), and `uopc.stages.gpu_graph` first splits long reductions
    to few values (a whole tensor's sum) into partials that fill the GPU.
+   Before the split, a sum of a product over several axes (an einsum of several operands) is summed
+   one factor group at a time where that pays (`uopc.stages.contraction`), its inner sums realized.
    On CPU targets (`rangeify(..., cpu=True)`), `uopc.stages.cpu_graph` rewrites the program first:
    long full reductions split in two (chunk partials realized, then their reduction), half-precision
    arithmetic computed in float with each operand's widening a value of its own, which the fusion
