@@ -116,7 +116,9 @@ def _gpu_heuristics(plan: _Planner) -> None:
   from uopc.stages.gpu_schedule import tiled_reduction
   if row_reduction(plan) or tiled_reduction(plan) or row_reduction(plan, GROUP_SHORT): return
   inner = _contiguous_output(plan)
-  if inner is None: return
+  if inner is None:
+    _threaded_loop(plan)
+    return
   from uopc.stages.gpu_transpose import transposed_elementwise
   if transposed_elementwise(plan, inner): return
   pad_ragged_elementwise(plan, inner)
@@ -129,6 +131,27 @@ def _gpu_heuristics(plan: _Planner) -> None:
     _workgroup(plan, [inner], GPU_WORKGROUP_ELEMENTWISE, GPU_WORKGROUP_ELEMENTWISE)
     return
   plan.split_by_first(inner, (256, 128, 64, 32, 16, 8, 4, 2), AxisType.LOCAL)
+
+
+GPU_REDUNDANT_REDUCE = 64  # reduce iterations each thread of a threaded output loop may repeat (`_threaded_loop`)
+
+
+def _threaded_loop(plan: _Planner) -> None:
+  """An output loop nested in a short fused reduction's loops (a squeeze-excitation's scale, sigmoid of an
+  8-term sum per channel, applied to the channel's 14 x 14 pixels) gets threads as an elementwise axis does:
+  4-wide vectors along it, a workgroup over it and the GLOBAL axes. Each thread runs the reduction itself
+  (at most GPU_REDUNDANT_REDUCE iterations), where the loop ran serially in one thread per channel (H100:
+  4 x 32 channels, 128 threads of 196 pixels)."""
+  axes, strides = kernel_axes(plan.sink), _store_strides(plan.sink)
+  loop = next((i for i in plan.axes(AxisType.LOOP) if strides.get(axes[i]) == 1), None)
+  reduced = [plan.size(i) for i in plan.axes(AxisType.REDUCE)]
+  if loop is None or not reduced or not all(isinstance(n, int) for n in reduced): return
+  iterations = 1
+  for n in reduced: iterations *= n
+  if iterations > GPU_REDUNDANT_REDUCE: return
+  from uopc.stages.gpu_schedule import GPU_WORKGROUP_ELEMENTWISE, _workgroup
+  plan.split_by_first(loop, (4,), AxisType.UPCAST)
+  _workgroup(plan, [loop], GPU_WORKGROUP_ELEMENTWISE, GPU_WORKGROUP_ELEMENTWISE)
 
 
 def plan_opts(sink: UOp, caps: TargetCaps) -> tuple[Opt, ...]:
