@@ -8,8 +8,13 @@
   repeats add up to NESTED_MIN iterations (uopc.stages.fusion_checks.check_nested): a mean over 32 rows of
   32-term sums ran as 1024 steps of one thread; realized, the rows run side by side. A kernel with enough
   outputs keeps it nested, and CPU targets are unchanged.
+- Where such a reduction holds one value per row of the enclosing sum, the row's term is realized instead
+  (uopc.stages.rangeify._term_instead): cross-entropy's max, sum and one-hot pick fuse in one kernel of rows,
+  then the mean (2 kernels, 5 before).
 Each kernel computes what -t c computes, in the emulator (which reports races and missing BARRIERs)."""
 from __future__ import annotations
+
+import pathlib
 
 import numpy as np
 import pytest
@@ -19,6 +24,8 @@ from uopc.frontend import parse_source
 from uopc.pipeline import compile_module
 from uopc.run import run_file
 from uopc.stages.optimize import apply_opts, format_axes, heuristic_opts
+
+ROOT = pathlib.Path(__file__).resolve().parents[1]
 
 SCALE = """func se {
   %x = PARAM([4, 32, 196]) {(0, "x")} : f32
@@ -64,6 +71,21 @@ def test_short_nested_reductions_of_a_few_outputs_are_realized_on_gpus_only():
   assert kernels(nested(32, 32), "cuda") == 2 and kernels(nested(32, 32), "c") == 1
   assert kernels(nested(8, 16), "cuda") == 1      # 128 steps in all: kept nested
   assert kernels(nested(8, 16, 256), "cuda") == 1  # 256 outputs: enough threads
+
+
+def test_a_losss_row_terms_are_one_kernel_of_rows():
+  text = (ROOT / "samples" / "models" / "cross_entropy.uop").read_text()
+  assert kernels(text, "cuda") == 2
+  assert kernels(nested(32, 32), "cuda") == 2  # the row's term (a log of its sum) realized, then the sum over rows
+
+
+@pytest.mark.parametrize("target", ["cuda", "amd", "metal"])
+def test_a_loss_computes_what_the_c_target_computes(target):
+  path = ROOT / "samples" / "models" / "cross_entropy.uop"
+  rng = np.random.default_rng(9)
+  arrays = {"logits": rng.standard_normal((32, 1000)).astype(np.float32), "labels": rng.integers(0, 1000, 32).astype(np.int32)}
+  got = run_file(path, target=target, inputs=arrays, emulated=True).arrays["out"]
+  np.testing.assert_allclose(got, run_file(path, target="c", inputs=arrays).arrays["out"], rtol=1e-5)
 
 
 @pytest.mark.parametrize("target", ["cuda", "amd", "metal"])
