@@ -288,22 +288,8 @@ def test_an_embedding_gradient_matches_numpy_in_the_emulator(tmp_path):
 
 
 def _einsum3(i: int, j: int, k: int, l: int) -> str:  # noqa: E741
-  return f"""func einsum3 {{
-  %out = PARAM([{i}, {l}]) {{(3, "out")}} : f32
-  %a = PARAM([{i}, {j}]) {{(0, "a")}} : f32
-  %0 = RESHAPE(%a, [{i}, {j}, 1, 1])
-  %w1 = PARAM([{j}, {k}]) {{(1, "w1")}} : f32
-  %1 = RESHAPE(%w1, [1, {j}, {k}, 1])
-  %2 = MUL(%0, %1)
-  %w2 = PARAM([{k}, {l}]) {{(2, "w2")}} : f32
-  %3 = RESHAPE(%w2, [1, 1, {k}, {l}])
-  %4 = MUL(%2, %3)
-  %5 = PERMUTE(%4) {{(1, 2, 0, 3)}}
-  %6 = REDUCE(%5) {{(ADD, (0, 1))}}
-  %7 = RESHAPE(%6, [{i}, {l}])
-  STORE(%out, %7)
-}}
-"""
+  from test_contraction import einsum3  # tinygrad's export of einsum("ij,jk,kl->il")
+  return einsum3(i, j, k, l)
 
 
 def test_a_reduction_over_two_axes_reading_along_the_output_rows_is_tiled_not_a_row(monkeypatch):

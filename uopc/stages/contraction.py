@@ -25,6 +25,7 @@ from __future__ import annotations
 from math import prod
 
 from uopc.ops import Ops
+from uopc.rewrite import Pat, Rules, graph_rewrite
 from uopc.uop import UOp
 
 MIN_GAIN = 2  # a split must divide the terms summed by this much at least
@@ -32,13 +33,7 @@ MIN_GAIN = 2  # a split must divide the terms summed by this much at least
 
 def contraction_order(sink: UOp) -> UOp:
   """Every sum of a product over several axes split as the module docstring says."""
-  memo: dict[UOp, UOp] = {}
-  for u in sink.toposort():
-    src = tuple(memo[s] for s in u.src)
-    new = u if src == u.src else u.replace(src=src)
-    if u.op is Ops.REDUCE and len(u.src) == 1 and (split := _contract(new)) is not None: new = split
-    memo[u] = new
-  return memo[sink]
+  return graph_rewrite(sink, _RULES, bottom_up=True)
 
 
 def _factors(u: UOp, dtype, peel: bool) -> list[UOp]:
@@ -96,3 +91,6 @@ def _split(factors: list[UOp], dims: tuple[int, ...], reduced: tuple[int, ...], 
   shape = tuple(1 if a == r else d for a, d in enumerate(dims))
   others = tuple(a for a in reduced if a != r)
   return _split(rest, shape, others, dtype) or UOp(Ops.REDUCE, dtype, (_product(rest, dtype),), (Ops.ADD, others))
+
+
+_RULES = Rules([(Pat(Ops.REDUCE, src=(Pat.var(),), name="u"), _contract)])
