@@ -159,6 +159,8 @@ An entry on several devices (buffers on tuple devices) takes one buffer argument
 (NAME_dev0, ...); with -t cuda also one stream per device: copies between GPUs go peer to peer and
 each allreduce through NCCL (libnccl.so.2 loaded at run time, after NAME_nccl_init; UOPC_NCCL=0 in the
 environment, or two devices on one GPU, gives the copies and reductions instead). NAME.h says how.
+A -t cuda entry of several kernels, called again with the same arguments and stream, replays a CUDA
+graph of its launches (UOPC_CUDA_GRAPHS=0 in the environment: direct launches always).
 
 -v prints every outside command (the C compiler, ptxas, fatbinary, ld.lld) as a shell line; a long
 build shows a progress bar when stderr is a terminal; --diagnostics-format=json|sarif writes
