@@ -10,7 +10,8 @@ import numpy as np
 from c_harness import Call, compile_c, run_calls
 from uopc.dtype import DType, dtypes
 from uopc.ops import AxisType, Ops
-from uopc.stages.isel import Capabilities, capabilities, isel
+from uopc.stages.isel import Capabilities, isel
+from uopc.targets import get_target
 from uopc.stages.linearize import linearize
 from uopc.targets.c.render import C_PRELUDE, render_kernel
 from uopc.uop import UOp
@@ -21,7 +22,7 @@ NP = {dtypes.bool: np.bool_, dtypes.int8: np.int8, dtypes.int16: np.int16, dtype
 
 # the C target with no transcendental, THREEFRY, floor division or hardware integer division of its own,
 # so that every decomposition of isel runs on this machine
-C_DECOMPOSED = capabilities("c").without(Ops.EXP2, Ops.LOG2, Ops.SIN, Ops.SQRT, Ops.POW, Ops.THREEFRY, Ops.FLOORDIV,
+C_DECOMPOSED = get_target("c").ops.without(Ops.EXP2, Ops.LOG2, Ops.SIN, Ops.SQRT, Ops.POW, Ops.THREEFRY, Ops.FLOORDIV,
                                          Ops.FLOORMOD)
 C_NO_DIVIDER = Capabilities(C_DECOMPOSED.native, C_DECOMPOSED.approximate, int_division=False)
 

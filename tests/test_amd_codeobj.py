@@ -185,13 +185,14 @@ def test_every_per_op_case_renders_for_amdgpu():
   all render and LLVM verifies them; a spread of them (every op, 16-bit floats, casts, THREEFRY) is
   compiled to gfx90a machine code (all of them take half a minute: the GPU tests run them all)."""
   from test_c_ops import CASES
-  from uopc.stages.isel import capabilities, isel
+  from uopc.stages.isel import isel
+  from uopc.targets import get_target
   from uopc.stages.linearize import linearize
   from uopc.targets.amd.codeobj import code_object
   from uopc.targets.amd.render import render_kernel
   from uopc.targets.llvm.compile import parse_and_verify
   from uopc.targets.llvm.render import render_module
-  kernels = {c.name: render_kernel(linearize(isel(c.sink, capabilities("amd"))), c.name) for c in CASES.values()}
+  kernels = {c.name: render_kernel(linearize(isel(c.sink, get_target("amd").ops)), c.name) for c in CASES.values()}
   parse_and_verify(render_module(list(kernels.values()), "amdgcn", "gfx90a"))
   spread = [k for name, k in kernels.items() if name.endswith(("_float32", "_bfloat16", "_float16", "_int64", "_to_bfloat16", "_uint64"))]
   assert len(spread) > 80

@@ -17,7 +17,8 @@ from test_c_ops import CASES, mismatches
 from test_llvm_ops import seed_comparisons
 from uopc.driver import BuildOptions, build
 from uopc.launcher import EntryKernels, c_identifier, kernel_name
-from uopc.stages.isel import capabilities, isel
+from uopc.stages.isel import isel
+from uopc.targets import get_target
 from uopc.stages.linearize import linearize
 from uopc.targets.amd.build import build_artifacts
 from uopc.targets.amd.render import render_kernel
@@ -71,7 +72,7 @@ def gpu():
 
 def kernel_entry(lib_name: str, entry: str, sinks) -> EntryKernels:
   prefix = c_identifier(lib_name)
-  return EntryKernels(entry, tuple(render_kernel(linearize(isel(s, capabilities("amd"))), kernel_name(prefix, entry, i))
+  return EntryKernels(entry, tuple(render_kernel(linearize(isel(s, get_target("amd").ops)), kernel_name(prefix, entry, i))
                                    for i, s in enumerate(sinks)))
 
 

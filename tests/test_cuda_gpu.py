@@ -28,7 +28,8 @@ from uopc.dtype import AddrSpace, dtypes
 from uopc.driver import BuildOptions, build
 from uopc.launcher import EntryKernels, c_identifier, kernel_name
 from uopc.ops import AxisType, Ops
-from uopc.stages.isel import capabilities, isel
+from uopc.stages.isel import isel
+from uopc.targets import get_target
 from uopc.stages.linearize import linearize
 from uopc.targets import BuildRequest
 from uopc.targets.cuda import target as cuda_target
@@ -106,7 +107,7 @@ def build_library(out: pathlib.Path, name: str, entries: list[EntryKernels]) -> 
 
 def kernel_entry(lib_name: str, entry: str, sinks: list[UOp], workspace=None) -> EntryKernels:
   prefix = c_identifier(lib_name)
-  kernels = tuple(render_kernel(linearize(isel(s, capabilities("cuda"))), kernel_name(prefix, entry, i)) for i, s in enumerate(sinks))
+  kernels = tuple(render_kernel(linearize(isel(s, get_target("cuda").ops)), kernel_name(prefix, entry, i)) for i, s in enumerate(sinks))
   return EntryKernels(entry, kernels, workspace)
 
 

@@ -21,7 +21,8 @@ from uopc.dtype import AddrSpace, dtypes
 from uopc.driver import BuildOptions, build
 from uopc.launcher import EntryKernels, Workspace, c_identifier, kernel_name
 from uopc.ops import AxisType, Ops
-from uopc.stages.isel import capabilities, isel
+from uopc.stages.isel import isel
+from uopc.targets import get_target
 from uopc.stages.linearize import linearize
 from uopc.targets.cuda import toolchain
 from uopc.targets.cuda.launcher import render_header, render_source
@@ -58,7 +59,7 @@ def op_of(case) -> Ops: return case.sink.src[0].src[0].src[1].op
 
 def lowered(case, fast_math: bool = False) -> UOp:
   """The case's kernel as the pipeline hands it to the renderer: through Instruction Selection for cuda."""
-  return linearize(isel(case.sink, capabilities("cuda"), fast_math))
+  return linearize(isel(case.sink, get_target("cuda").ops, fast_math))
 
 
 # ---- ptxas accepts everything the renderer makes ---------------------------------------------------------------

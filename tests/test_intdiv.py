@@ -76,7 +76,8 @@ def test_known_range_uses_a_narrower_multiplier():
 
 def test_target_with_a_divider_keeps_idiv():
   from isel_harness import elementwise
-  from uopc.stages.isel import capabilities, isel
+  from uopc.stages.isel import isel
+  from uopc.targets import get_target
   sink = elementwise(_kernel(Ops.IDIV, 7, dtypes.int32), [dtypes.int32], dtypes.int32)
-  assert Ops.IDIV in ops_in(isel(sink, capabilities("c")))
-  assert Ops.IDIV not in ops_in(isel(sink, capabilities("cuda")))
+  assert Ops.IDIV in ops_in(isel(sink, get_target("c").ops))
+  assert Ops.IDIV not in ops_in(isel(sink, get_target("cuda").ops))

@@ -8,7 +8,8 @@ import pytest
 from isel_harness import C_DECOMPOSED, NP, Library, elementwise, ops_in
 from uopc.dtype import dtypes
 from uopc.ops import GroupOp, Ops
-from uopc.stages.isel import Capabilities, capabilities, isel
+from uopc.stages.isel import Capabilities, isel
+from uopc.targets import get_target
 from uopc.uop import UOp
 
 RNG = np.random.default_rng(99)
@@ -22,20 +23,20 @@ def _unary(op):
 
 def test_c_keeps_every_op_and_cuda_decomposes_pow():
   sink = elementwise(lambda a, b: UOp(Ops.POW, a.dtype, (a, b)), [dtypes.float32] * 2, dtypes.float32)
-  assert Ops.POW in ops_in(isel(sink, capabilities("c")))
-  assert Ops.POW not in ops_in(isel(sink, capabilities("cuda")))
+  assert Ops.POW in ops_in(isel(sink, get_target("c").ops))
+  assert Ops.POW not in ops_in(isel(sink, get_target("cuda").ops))
 
 
 def test_fast_math_allows_approximate_instructions():
   sink = elementwise(_unary(Ops.LOG2), [dtypes.float32], dtypes.float32)
-  assert Ops.LOG2 not in ops_in(isel(sink, capabilities("cuda")))
-  assert Ops.LOG2 in ops_in(isel(sink, capabilities("cuda"), fast_math=True))
+  assert Ops.LOG2 not in ops_in(isel(sink, get_target("cuda").ops))
+  assert Ops.LOG2 in ops_in(isel(sink, get_target("cuda").ops, fast_math=True))
 
 
 def test_cuda_keeps_exp2_up_to_float32_and_decomposes_float64():
   for dt in (dtypes.float16, dtypes.bfloat16, dtypes.float32):
-    assert Ops.EXP2 in ops_in(isel(elementwise(_unary(Ops.EXP2), [dt], dt), capabilities("cuda")))
-  assert Ops.EXP2 not in ops_in(isel(elementwise(_unary(Ops.EXP2), [dtypes.float64], dtypes.float64), capabilities("cuda")))
+    assert Ops.EXP2 in ops_in(isel(elementwise(_unary(Ops.EXP2), [dt], dt), get_target("cuda").ops))
+  assert Ops.EXP2 not in ops_in(isel(elementwise(_unary(Ops.EXP2), [dtypes.float64], dtypes.float64), get_target("cuda").ops))
 
 
 def test_nothing_decomposed_leaves_only_primitives():
@@ -51,7 +52,7 @@ def _build(op, dt):
 
 @pytest.mark.parametrize("dt", [dtypes.int8, dtypes.int32, dtypes.uint16, dtypes.int64, dtypes.float32, dtypes.float64], ids=str)
 def test_decompositions_match_native(dt):
-  native, lowered = Library(capabilities("c")), Library(NOTHING)
+  native, lowered = Library(get_target("c").ops), Library(NOTHING)
   ops = [op for op in SIMPLE if not (dt.is_float() and op in (Ops.FLOORDIV, Ops.FLOORMOD))]
   for op in ops:
     out = dtypes.bool if op in GroupOp.Comparison else dt
@@ -82,7 +83,7 @@ def test_not_is_logical_on_bool_and_bitwise_on_ints():
 def test_division_by_a_power_of_two_of_a_non_negative_value_is_a_shift_where_the_target_divides():
   """-t c keeps IDIV/MOD by other constants (the compiler's), but a power of two into a value min_max proves
   non-negative becomes SHR/AND: a C vector's division went lane by lane (bilinear upsampling's index math)."""
-  lib, dt = Library(capabilities("c")), dtypes.int32
+  lib, dt = Library(get_target("c").ops), dtypes.int32
   zero, k, m = UOp.const(dt, 0), UOp.const(dt, 256), UOp.const(dt, 7)
   def clamped(a): return UOp(Ops.MAX, dt, (a, zero))
   ops = {
@@ -109,5 +110,5 @@ def test_a_vector_divided_by_a_broadcast_power_of_two_is_a_vector_shift(target):
   x = UOp(Ops.DEFINE_VAR, dt, (), ("x", 0, 1000))
   vec = UOp(Ops.STACK, dt.vec(n), (x,) * n)
   k = UOp(Ops.STACK, dt.vec(n), (UOp.const(dt, 16),) * n)
-  out = isel(UOp(Ops.SINK, dtypes.void, (UOp(Ops.IDIV, dt.vec(n), (vec, k)),)), capabilities(target))
+  out = isel(UOp(Ops.SINK, dtypes.void, (UOp(Ops.IDIV, dt.vec(n), (vec, k)),)), get_target(target).ops)
   assert Ops.IDIV not in ops_in(out) and any(u.op is Ops.SHR and u.dtype == dt.vec(n) and u.src[1].op is Ops.STACK for u in out.toposort())

@@ -11,7 +11,7 @@ import pytest
 from isel_harness import C_DECOMPOSED, Library, ops_in
 from uopc.dtype import dtypes
 from uopc.ops import Ops
-from uopc.stages.isel import capabilities
+from uopc.targets import get_target
 from uopc.uop import UOp
 
 VECTORS = json.loads(Path(__file__).with_name("threefry_vectors.json").read_text())["vectors"]
@@ -27,7 +27,7 @@ def test_enough_vectors():
   assert len(VECTORS) >= 10**4
 
 
-@pytest.mark.parametrize("caps,decomposed", [(C_DECOMPOSED, True), (capabilities("c"), False)], ids=["decomposed", "prelude"])
+@pytest.mark.parametrize("caps,decomposed", [(C_DECOMPOSED, True), (get_target("c").ops, False)], ids=["decomposed", "prelude"])
 def test_threefry_matches_tinygrad(caps, decomposed):
   lib = Library(caps)
   lowered = lib.add("threefry", _threefry, [dtypes.uint64, dtypes.uint64], dtypes.uint64)

@@ -129,7 +129,7 @@ def build(path: str | Path, opts: BuildOptions = BuildOptions()) -> list[Path]:
   emit = check_emit(target, opts.emit, archs)
   for stage in opts.print_before + opts.print_after: check_stage_name(target, stage)
   name = lib_name(path, opts.name)
-  if opts.cpu != "portable" and target.name != "c":
+  if opts.cpu != "portable" and not target.cpu_levels:
     raise CompileError([error(None, f"--cpu {opts.cpu} is for -t c; -t {target.name} builds for its own targets")])
   with current().progress(f"{name} (-t {target.name})"):
     return _build(path, opts, target, archs, emit, name)

@@ -41,13 +41,13 @@ def _callify(sink: UOp, name: str) -> UOp:
   return callify(sink)
 
 
-def _rangeify(target: str) -> Callable[[UOp, str], Any]:
+def _rangeify(target: Target) -> Callable[[UOp, str], Any]:
   """Rangeify; on the CPU targets, with their rewrites (uopc.stages.cpu_graph: long full reductions split
   into chunks for THREAD tasks, half-precision operands converted once); on the GPU targets, long
   reductions nested in another reduction's loop get kernels of their own (see uopc.stages.rangeify)."""
   def run(sink: UOp, name: str):
     from uopc.stages.rangeify import rangeify
-    return rangeify(sink, cpu=target in ("c", "llvm"))
+    return rangeify(sink, cpu=not target.gpu)
   return run
 
 
@@ -79,8 +79,8 @@ def _expand(relocate: Callable[[UOp, UOp], None]) -> Callable[[Any, str], UOp]:
 def _isel(target: Target, fast_math: bool, contract: bool = False) -> Callable[[UOp, str], UOp]:
   """Lower the ops `target` lacks (decompositions, transcendentals, division by constants)."""
   def run(sink: UOp, name: str) -> UOp:
-    from uopc.stages.isel import capabilities, isel
-    return isel(sink, capabilities(target.name), fast_math, contract)
+    from uopc.stages.isel import isel
+    return isel(sink, target.ops, fast_math, contract)
   return run
 
 
@@ -89,7 +89,7 @@ def _linearize(target: Target) -> Callable[[UOp, str], UOp]:
   chains (uopc.stages.linearize)."""
   def run(sink: UOp, name: str) -> UOp:
     from uopc.stages.linearize import linearize
-    return linearize(sink, interleave=target.name in ("c", "llvm"), gpu=target.name == "cuda")
+    return linearize(sink, interleave=not target.gpu, gpu=target.ilp_small_launches)
   return run
 
 
@@ -107,7 +107,7 @@ def pipeline(target: str | Target, loc_of: Callable[[UOp], Any] = lambda u: None
   target's default, Target.contract); `allow_tf32` (--allow-tf32) lets float32 gemms take the tf32 tensor cores."""
   t = as_target(target)
   fp_contract = t.contract(fp_contract)
-  return (Stage("callify", _callify), Stage("rangeify", _rangeify(t.name)), Stage("optimize", _optimize(t, schedule, relocate, vector_bytes, archs, allow_tf32)),
+  return (Stage("callify", _callify), Stage("rangeify", _rangeify(t)), Stage("optimize", _optimize(t, schedule, relocate, vector_bytes, archs, allow_tf32)),
           Stage("expand", _expand(relocate)), Stage("isel", _isel(t, fast_math, fp_contract)), Stage("linearize", _linearize(t)),
           Stage("plan", _plan), Stage("render", t.render_stage(loc_of, fast_math)))
 

@@ -1,7 +1,8 @@
 """Instruction Selection: lower every op a target does not render (accurately) itself into ops it does.
 
-Each target has a `Capabilities` entry: the decomposed ops (seed 000) it renders natively within the
-SPEC-NOTES accuracy bar, per dtype, and those it renders only approximately (used under --fast-math).
+Each target has `Capabilities` (`Target.ops`, uopc.targets.capabilities): the decomposed ops (seed 000) it
+renders natively within the SPEC-NOTES accuracy bar, per dtype, and those it renders only approximately
+(used under --fast-math).
 The decompositions are rules on the rewrite engine, each applied only where the target lacks the op:
 
 - NEG, SUB, DIV, CMPGT, CMPGE, CMPLE, CMPEQ, NOT, MULACC: seed 000's definitions;
@@ -20,8 +21,7 @@ integer ops), so 64-bit integer ops are not split into 32-bit pairs.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field, replace
-from typing import Mapping
+from dataclasses import dataclass
 
 from uopc.dtype import DType, dtypes
 from uopc.ops import FUSED, Ops
@@ -30,67 +30,8 @@ from uopc.stages import transcendental as tm
 from uopc.stages.address_offsets import split_offsets
 from uopc.stages.index_width import narrow_index
 from uopc.stages.transcendental import add, c, cast, eq, lt, mul, ne, shl, shr, sub, where
+from uopc.targets.capabilities import F16_F32, SIMPLE, TRANSCENDENTAL, Capabilities
 from uopc.uop import UOp
-
-ALL = None  # every dtype
-_F16_F32 = frozenset({dtypes.float16, dtypes.bfloat16, dtypes.float32})
-_TRANSCENDENTAL = (Ops.EXP2, Ops.LOG2, Ops.SIN, Ops.SQRT, Ops.POW)
-_SIMPLE = (Ops.NEG, Ops.SUB, Ops.DIV, Ops.CMPGT, Ops.CMPGE, Ops.CMPLE, Ops.CMPEQ, Ops.NOT, Ops.MULACC)
-
-
-@dataclass(frozen=True)
-class Capabilities:
-  """What a target renders itself. `native`/`approximate` map a decomposed op to the scalar dtypes it is
-  rendered for (ALL: every dtype); an op absent from both is always decomposed."""
-  native: Mapping[Ops, frozenset[DType] | None] = field(default_factory=dict)
-  approximate: Mapping[Ops, frozenset[DType] | None] = field(default_factory=dict)
-  float64: bool = True         # has float64 arithmetic (POW of float32 computes in it)
-  int_division: bool = True    # has a hardware integer divider; without one IDIV/MOD by constants are lowered
-  fused_mulacc: bool = False   # renders MULACC {"fused"}: formed for ints, for floats under --fast-math or --fp-contract=fast
-  index32: bool = False        # index arithmetic whose values fit in int32 is done in 32 bits (uopc.stages.index_width)
-  displacement: bool = False   # every load/store offset as base + constant (uopc.stages.address_offsets; else gated loads' only)
-
-  def renders(self, op: Ops, dt: DType, fast_math: bool) -> bool:
-    tables = (self.native, self.approximate) if fast_math else (self.native,)
-    return any(op in t and (t[op] is ALL or dt.scalar in t[op]) for t in tables)
-
-  def without(self, *ops: Ops) -> "Capabilities":
-    """These capabilities less `ops` (tests force the decompositions onto the C target with it)."""
-    return replace(self, native={o: d for o, d in self.native.items() if o not in ops},
-                   approximate={o: d for o, d in self.approximate.items() if o not in ops})
-
-
-_EVERYTHING = {op: ALL for op in _SIMPLE + _TRANSCENDENTAL + (Ops.THREEFRY, Ops.FLOORDIV, Ops.FLOORMOD)}
-
-# C: glibc's exp2/log2/sin/sqrt/pow are within 1 ULP; the prelude has THREEFRY and the floor divisions.
-# LLVM on the host: the intrinsics become the same libm calls.
-# AMD (LLVM for AMDGPU): sqrt and fdiv are correctly rounded, exp2/log2 of 16/32-bit floats are v_exp/v_log
-# (1 ULP); sin (v_sin_f32 is far off at large |x|, and the renderer does not emit it) and pow are decomposed,
-# also under --fast-math.
-# CUDA (PTX): sqrt.rn, div.rn and fma.rn are exact; ex2.approx.f32 is within 2 ULP (uopc/targets/cuda/ptx.py);
-# lg2/sin.approx only under --fast-math.
-# Metal: the precise:: functions are not verified here, so transcendentals are decomposed; the fast
-# versions are used under --fast-math; no float64.
-# On CPUs, float16/bfloat16/float32 EXP2 and LOG2 take the decompositions (within 1 ULP, like libm): they are
-# plain arithmetic the C compiler vectorises, where a libm call per element is not (softmax: 1.35x faster).
-_CPU = {**_EVERYTHING, Ops.EXP2: frozenset({dtypes.float64}), Ops.LOG2: frozenset({dtypes.float64})}
-CAPABILITIES: dict[str, Capabilities] = {
-  "c": Capabilities(_CPU),
-  "llvm": Capabilities(_CPU),
-  "amd": Capabilities({**{op: ALL for op in _SIMPLE + (Ops.SQRT, Ops.FLOORDIV, Ops.FLOORMOD, Ops.THREEFRY)},
-                       Ops.EXP2: frozenset({dtypes.float16, dtypes.float32}), Ops.LOG2: frozenset({dtypes.float16, dtypes.float32})},
-                      {}, int_division=False, fused_mulacc=True, index32=True),
-  "cuda": Capabilities({**{op: ALL for op in _SIMPLE + (Ops.SQRT,)}, Ops.EXP2: _F16_F32}, {op: _F16_F32 for op in (Ops.LOG2, Ops.SIN)},
-                       int_division=False, fused_mulacc=True, index32=True, displacement=True),
-  "metal": Capabilities({op: ALL for op in _SIMPLE}, {op: _F16_F32 for op in _TRANSCENDENTAL}, float64=False,
-                        int_division=False),
-}
-
-
-def capabilities(target: str) -> Capabilities:
-  """The target's table; a target without one is assumed to render every op (its renderer refuses what it lacks)."""
-  return CAPABILITIES.get(target, Capabilities(_EVERYTHING))
-
 
 # ---- seed 000 decompositions --------------------------------------------------------------------------
 def _true(u: UOp) -> UOp: return UOp.const(dtypes.bool.vec(u.dtype.count) if u.dtype.count > 1 else dtypes.bool, True)
@@ -241,7 +182,7 @@ def _operand_dtype(u: UOp) -> DType: return u.src[0].dtype if u.src else u.dtype
 def _decompose(u: UOp, ctx: IselContext) -> UOp | None:
   op = u.op
   if not ctx.lacks(u, _operand_dtype(u)): return None
-  if op in _SIMPLE: return _simple(u, *u.src)
+  if op in SIMPLE: return _simple(u, *u.src)
   if op is Ops.EXP2: return tm.exp2(u.src[0])
   if op is Ops.LOG2: return tm.log2(u.src[0])
   if op is Ops.SIN: return tm.sin(u.src[0])
@@ -274,7 +215,7 @@ def _pow_const(x: UOp, e: UOp, ctx: IselContext) -> UOp | None:
   if n != int(n) or not -4 <= n <= 4: return None
   n, dt = int(n), x.dtype.scalar
   one_op = n in (-1, 2) or abs(n) < 2   # a correctly rounded single operation, or none
-  work = dtypes.float64 if not one_op and dt is not dtypes.float64 and ctx.caps.float64 else dtypes.float32 if dt in _F16_F32 else dt
+  work = dtypes.float64 if not one_op and dt is not dtypes.float64 and ctx.caps.float64 else dtypes.float32 if dt in F16_F32 else dt
   if work is dt is dtypes.float32 and n < -2: return None  # three roundings in float32: the general POW
   v = x if work is dt else cast(x, work)
   p = {0: c(v, 1.0), 1: v, 2: mul(v, v), 3: mul(mul(v, v), v), 4: mul(mul(v, v), mul(v, v))}[abs(n)]
@@ -305,7 +246,7 @@ ISEL_RULES = Rules([
   (Pat(Ops.ADD, src=(Pat(Ops.GEP, src=(Pat(Ops.MUL, name="m"),), name="g"), Pat.var("acc")), commutative=True),
    lambda m, g, acc, ctx: _fuse_lane(m, g, acc, ctx)),
   (Pat(Ops.POW, src=(Pat.var("x"), Pat.var("e"))), _pow_const),
-  (Pat(set(_SIMPLE + _TRANSCENDENTAL) | {Ops.THREEFRY, Ops.FLOORDIV, Ops.FLOORMOD}, name="u"), _decompose),
+  (Pat(set(SIMPLE + TRANSCENDENTAL) | {Ops.THREEFRY, Ops.FLOORDIV, Ops.FLOORMOD}, name="u"), _decompose),
 ])
 
 

@@ -235,7 +235,7 @@ def stage_reduction(sink: UOp, trace: Trace | None = None, stages: int | None = 
 
 def stage_opt(sink: UOp, opt: Opt, caps: TargetCaps, trace: Trace | None) -> UOp:
   """STAGE(stages): the kernel staged, or an OptError saying why it cannot be."""
-  if caps.name != "cuda": raise OptError(f"STAGE needs asynchronous copies into shared memory (-t cuda); target {caps.name} has none")
+  if not caps.async_copies: raise OptError(f"STAGE needs asynchronous copies into shared memory (-t cuda); target {caps.name} has none")
   try:
     out = _stage(sink, None if opt.arg == STAGE_AUTO else opt.arg)
   except Unstageable as e:
@@ -311,7 +311,7 @@ def staged_gemm(plan: _Planner) -> bool:
   """A large float32 gemm on -t cuda (`_gemm_axes`; K a multiple of STAGED_K, enough workgroups of one of
   STAGED_TILES): the schedule of the module docstring, its tiles of a and b staged; False (nothing applied) where it does not fit or cannot be staged. An M or N that the
   workgroup's tile does not divide is padded with overlapping tiles (`_ragged_pads`)."""
-  if plan.caps.name != "cuda" or plan.opts or (shape := _gemm_axes(plan)) is None: return False
+  if not plan.caps.async_copies or plan.opts or (shape := _gemm_axes(plan)) is None: return False
   m, n, k = shape
   if plan.size(k) % STAGED_K or plan.size(k) < 2 * STAGED_K: return False
   others = math.prod(plan.size(i) for i in plan.axes(AxisType.GLOBAL) if i not in (m, n))

@@ -76,7 +76,7 @@ from uopc.diagnostics import CompileError, error
 from uopc.dtype import AddrSpace, PtrDType, dtypes
 from uopc.ops import AxisType, Ops
 from uopc.stages.opts import TC_AUTO_STAGES, Opt, OptOp, parse_opts, parse_schedule  # noqa: F401 (the opts' home; re-exported)
-from uopc.stages.tensor_cores import CUDA_TENSOR_CORES, TF32_TENSOR_CORE, TensorCore
+from uopc.stages.tensor_cores import TensorCore
 from uopc.stages.accumulators import accumulator_first
 from uopc.stages.warpgroup_mma import warpgroup_arg
 from uopc.symbolic import INT_DIVISIONS, divide_where, simplify
@@ -100,27 +100,28 @@ class TargetCaps:
   local_bytes: int = 48 * 1024  # LOCAL (shared) memory a workgroup may use: what TC's pinned stages may fill
   warpgroup_mma: bool = False  # every arch of the build has warpgroup MMAs (sm_90a's wgmma): TC takes the warpgroup tile
   masked_loads: bool = False   # a vector load may take a gate per lane (-t c with AVX2 or AVX-512 vectors: their masked loads)
+  async_copies: bool = False   # asynchronous copies into shared memory (the STAGE opt, staged float32 gemms: -t cuda)
 
 
 def target_caps(target: "str | Target", vector_bytes: int | None = None, archs: tuple[str, ...] = (), tf32: bool = False) -> TargetCaps:
-  """CPU targets (c, llvm) and GPU targets (cuda, amd, metal). The CPU targets share the C launcher, which
+  """What Optimize plans for, from the Target's fields. CPU targets (c, llvm) share the C launcher, which
   runs THREAD axes on worker threads. Both build for the portable baseline by default (x86-64's SSE:
-  16-byte registers, 4 x f32); `vector_bytes` is the register width -t c builds for with `--cpu`
-  (32 for AVX2, 64 for AVX-512): vector values get that many bytes' worth of f32 lanes, and the
+  16-byte registers, 4 x f32); `vector_bytes` is the register width a target with --cpu levels (-t c)
+  builds for (32 for AVX2, 64 for AVX-512): vector values get that many bytes' worth of f32 lanes, and the
   heuristics size their register tiles by it. A GPU target's `local_bytes` is the least its `Target`
   allows a workgroup on any of `archs` (() : the target's default archs), so one plan runs on all; `tf32`
-  (--allow-tf32) adds the tf32 tensor core for float32 gemms on -t cuda. The schedules do not depend on
+  (--allow-tf32) adds the target's tf32 tensor core for float32 gemms. The schedules do not depend on
   --fp-contract: a fused multiply-add changes a kernel's arithmetic, not its best tiles."""
   from uopc.targets import as_target
   t = as_target(target)
-  if t.name == "c": return TargetCaps(t.name, gpu=False, threads=True, vector_width=(vector_bytes or 16) // 4, aligned_vectors=False,
-                                     masked_loads=(vector_bytes or 16) >= 32)
-  if t.name == "llvm": return TargetCaps(t.name, gpu=False, threads=True, vector_width=4, aligned_vectors=False)
+  if not t.gpu:
+    width = (vector_bytes if t.cpu_levels else None) or 16
+    return TargetCaps(t.name, gpu=False, threads=True, vector_width=width // 4, aligned_vectors=False, masked_loads=width >= 32)
   local = min(map(t.local_bytes, archs or t.default_archs), default=TargetCaps.local_bytes) if t.local_bytes else TargetCaps.local_bytes
-  tensor_cores = (CUDA_TENSOR_CORES + ((TF32_TENSOR_CORE,) if tf32 else ())) if t.name == "cuda" else ()
-  warpgroup = t.name == "cuda" and bool(archs) and all(a == "sm_90a" for a in archs)
+  tensor_cores = t.tensor_cores + ((t.tf32_tensor_core,) if tf32 and t.tf32_tensor_core else ())
+  warpgroup = bool(archs and t.warpgroup_archs) and all(a in t.warpgroup_archs for a in archs)
   return TargetCaps(t.name, gpu=True, threads=False, vector_width=4, aligned_vectors=True, tensor_cores=tensor_cores, local_bytes=local,
-                    warpgroup_mma=warpgroup)
+                    warpgroup_mma=warpgroup, async_copies=t.async_copies)
 
 
 # ---- axes ------------------------------------------------------------------------------------------------

@@ -1,9 +1,11 @@
 """Compilation targets, one folder each: the renderer, the artifact builder and the launcher.
 
 A target is data (`Target`): how it renders one linearized kernel, which artifacts it writes for a
-library NAME, and how it builds them into a staging directory. The driver knows nothing else about
-a target, so adding one means adding a folder with a `target.py` that defines `TARGET` and naming it
-in `TARGET_MODULES`. Targets load lazily: `uopc build -t c` never imports llvmlite.
+library NAME, how it builds them into a staging directory, and what it can do (the ops it renders,
+`uopc.targets.capabilities`; whether it is a GPU, its tensor cores, ...). The driver resolves `-t` into
+this object once; the stages read its fields and never branch on the target's name, so adding one means
+adding a folder with a `target.py` that defines `TARGET` and naming it in `TARGET_MODULES`. Targets load
+lazily: `uopc build -t c` never imports llvmlite.
 """
 from __future__ import annotations
 
@@ -14,6 +16,7 @@ from pathlib import Path
 from typing import Any, Callable, Mapping, Sequence
 
 from uopc.diagnostics import Loc
+from uopc.targets.capabilities import RENDERS_EVERYTHING, Capabilities
 
 TARGET_MODULES: dict[str, str] = {
   "c": "uopc.targets.c.target",
@@ -53,6 +56,15 @@ class Target:
   # float ADD(MUL) becomes one fused multiply-add unless the user says --fp-contract=off: the GPU targets, as nvcc, nvrtc
   # (so tinygrad's CUDA backend) and hipcc do by default; the CPU targets keep the IR's two roundings by default
   fp_contract: bool = False
+  ops: Capabilities = RENDERS_EVERYTHING  # the ops it renders itself (Instruction Selection lowers the others)
+  gpu: bool = False              # kernels run as workgroups of threads on a device; else on the host's CPU, THREAD axes on
+                                 # the launcher's worker pool
+  cpu_levels: bool = False       # builds for a --cpu level (its vector width: Optimize's register tiles, masked loads)
+  tensor_cores: tuple[Any, ...] = ()  # the TensorCores the TC opt may use (uopc.stages.tensor_cores)
+  tf32_tensor_core: Any = None   # the one --allow-tf32 adds for float32 gemms
+  warpgroup_archs: tuple[str, ...] = ()  # archs with warpgroup MMAs: a build whose archs are all among them takes their tiles
+  async_copies: bool = False     # asynchronous copies into shared memory (the STAGE opt, staged gemms)
+  ilp_small_launches: bool = False  # small launches' instructions ordered for instruction-level parallelism (uopc.stages.linearize)
 
   def contract(self, asked: bool | None) -> bool:
     """Whether a build fuses float multiply-adds: what --fp-contract asked (None: not given), else this target's default."""

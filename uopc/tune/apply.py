@@ -60,7 +60,9 @@ def tuned_schedule(file: str, db_path: str, target: str, lib: str, archs: tuple[
 def _caps(target: str, cpu: str, env: Mapping[str, str], archs: tuple[str, ...] = (), tf32: bool = False):
   from uopc.driver import cpu_vector_bytes
   from uopc.stages.optimize import target_caps
-  return target_caps(target, cpu_vector_bytes(cpu, env) if target == "c" else None, archs, tf32)
+  from uopc.targets import as_target
+  t = as_target(target)
+  return target_caps(t, cpu_vector_bytes(cpu, env) if t.cpu_levels else None, archs, tf32)
 
 
 def _warpgroup(text: str) -> bool:

@@ -109,22 +109,23 @@ def tune_file(path: str, db_path: str, opts: TuneOptions, progress: Progress | N
   from uopc.driver import cpu_flags, cpu_vector_bytes, lib_name
   if opts.target not in TUNABLE_TARGETS:
     raise CompileError([error(None, f"-t {opts.target} cannot be tuned yet: no timer for its device", f"tunable targets: {', '.join(TUNABLE_TARGETS)}")])
-  if opts.cpu != "portable" and opts.target != "c": raise CompileError([error(None, f"--cpu {opts.cpu} is for -t c")])
   from uopc.targets import get_target
-  opts = replace(opts, fp_contract=get_target(opts.target).contract(opts.fp_contract))
+  t = get_target(opts.target)
+  if opts.cpu != "portable" and not t.cpu_levels: raise CompileError([error(None, f"--cpu {opts.cpu} is for -t c")])
+  opts = replace(opts, fp_contract=t.contract(opts.fp_contract))
   start = time.monotonic()
   entries = tuning_db.load(db_path, missing_ok=True)
   module = load_checked(path)
   device = make_device(opts.target)
-  archs = (opts.arch or default_arch(opts.target, device.arch()),) if opts.target == "cuda" else ()
-  vector_bytes = cpu_vector_bytes(opts.cpu, os.environ) if opts.target == "c" else None
+  archs = (opts.arch or default_arch(opts.target, device.arch()),) if t.gpu else ()
+  vector_bytes = cpu_vector_bytes(opts.cpu, os.environ) if t.cpu_levels else None
   arch = key_arch(opts.target, opts.cpu, archs, numeric_modes(opts.fp_contract, opts.allow_tf32))
   kernels = _shard(program_kernels(module, opts.target, lib_name(path, opts.name), arch, SPACE_VERSION), opts.shard)
   progress = progress or Progress()
   reports = []
   with Builder(opts.jobs or os.cpu_count() or 1) as builder, tempfile.TemporaryDirectory(prefix="uopc-tune-") as work:
-    ctx = _Context(opts, target_caps(opts.target, vector_bytes, archs, opts.allow_tf32), device, builder, Path(work), vector_bytes, archs,
-                   cpu_flags(opts.cpu) if opts.target == "c" else (), progress)
+    ctx = _Context(opts, target_caps(t, vector_bytes, archs, opts.allow_tf32), device, builder, Path(work), vector_bytes, archs,
+                   cpu_flags(opts.cpu) if t.cpu_levels else (), progress)
     for i, k in enumerate(kernels):
       left = opts.budget - (time.monotonic() - start)
       share = left / (len(kernels) - i)

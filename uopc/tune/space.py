@@ -65,7 +65,7 @@ def actions(sink: UOp, opts: tuple[Opt, ...], caps: TargetCaps) -> list[Opt]:
   axes = kernel_axes(sink)
   out: list[Opt] = []
   if any(o.op is OptOp.STAGE for o in opts): return out  # STAGE is the last opt
-  if caps.name == "cuda" and not any(o.op is OptOp.TC for o in opts): out += [Opt(OptOp.STAGE, None, n) for n in STAGE_COUNTS]
+  if caps.async_copies and not any(o.op is OptOp.TC for o in opts): out += [Opt(OptOp.STAGE, None, n) for n in STAGE_COUNTS]
   if not caps.gpu: out.append(Opt(OptOp.STAGE, None, STAGE_AUTO))  # a CPU's copy of a block read again (cpu_staging)
   if not opts and caps.tensor_cores:  # every staging (none, as many as fit, 2 to 4) and tile (by size, or each of TC_TILES)
     groups = [t for t, (_, _, wm, wn) in enumerate(TC_TILES) if wm * wn > 1]

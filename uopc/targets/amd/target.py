@@ -8,7 +8,10 @@ from __future__ import annotations
 from pathlib import Path
 
 from uopc.diagnostics import CompileError, error
+from uopc.dtype import dtypes
+from uopc.ops import Ops
 from uopc.targets import BuildRequest, Target
+from uopc.targets.capabilities import ALL, SIMPLE, Capabilities
 from uopc.targets.llvm.render import AMD_ARCHS
 
 
@@ -39,5 +42,12 @@ def build(req: BuildRequest) -> dict[str, Path]:
   return build_artifacts(req.out_dir, req.name, req.entries, req.archs, req.opt_level, req.env)
 
 
+# LLVM for AMDGPU: sqrt and fdiv are correctly rounded, exp2/log2 of 16/32-bit floats are v_exp/v_log (1 ULP); sin
+# (v_sin_f32 is far off at large |x|, and the renderer does not emit it) and pow are decomposed, also under --fast-math.
+_F16_F32_ONLY = frozenset({dtypes.float16, dtypes.float32})
+OPS = Capabilities({**{op: ALL for op in SIMPLE + (Ops.SQRT, Ops.FLOORDIV, Ops.FLOORMOD, Ops.THREEFRY)},
+                    Ops.EXP2: _F16_F32_ONLY, Ops.LOG2: _F16_F32_ONLY}, {}, int_division=False, fused_mulacc=True, index32=True)
+
 TARGET = Target("amd", "AMD GPUs: AMD ISA and HSA code objects per arch (llvmlite, ld.lld), with a HIP launcher library",
-                _render, artifacts, build, default_archs=AMD_ARCHS, fp_contract=True)
+                _render, artifacts, build, default_archs=AMD_ARCHS, fp_contract=True,
+                ops=OPS, gpu=True)

@@ -4,6 +4,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from uopc.targets import BuildRequest, Target
+from uopc.targets.capabilities import CPU
 
 
 def _render(linear, name: str, loc_of, fast_math: bool = False):
@@ -27,4 +28,5 @@ def build(req: BuildRequest) -> dict[str, Path]:
   return paths
 
 
-TARGET = Target("c", "C99 with GCC/Clang vector extensions, built by $CC into a host shared library", _render, artifacts, build)
+TARGET = Target("c", "C99 with GCC/Clang vector extensions, built by $CC into a host shared library", _render, artifacts, build,
+                ops=CPU, cpu_levels=True)

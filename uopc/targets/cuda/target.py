@@ -23,7 +23,10 @@ from pathlib import Path
 
 from uopc.diagnostics import CompileError, error, note
 from uopc.reporter import current
+from uopc.ops import Ops
+from uopc.stages.tensor_cores import CUDA_TENSOR_CORES, TF32_TENSOR_CORE
 from uopc.targets import BuildRequest, Target
+from uopc.targets.capabilities import ALL, F16_F32, SIMPLE, Capabilities
 from uopc.targets.cuda.ptx_wgmma import WGMMA_ARCH
 
 DEFAULT_ARCHS = ("sm_80", "sm_90a")
@@ -112,6 +115,12 @@ def _compile(source: Path, so: Path, req: BuildRequest) -> None:
   compile_shared(source, so, req.opt_level, req.env, libs=("-ldl", "-lpthread"))
 
 
+# PTX: sqrt.rn, div.rn and fma.rn are exact; ex2.approx.f32 is within 2 ULP (uopc/targets/cuda/ptx.py); lg2/sin.approx
+# only under --fast-math.
+OPS = Capabilities({**{op: ALL for op in SIMPLE + (Ops.SQRT,)}, Ops.EXP2: F16_F32}, {op: F16_F32 for op in (Ops.LOG2, Ops.SIN)},
+                   int_division=False, fused_mulacc=True, index32=True, displacement=True)
+
 TARGET = Target("cuda", "NVIDIA GPUs: PTX and a fatbin of SASS per arch (ptxas, fatbinary), with a CUDA driver launcher library",
                 _render, artifacts, build, default_archs=DEFAULT_ARCHS, local_bytes=shared_bytes,
-                arch_variants=arch_variants, fp_contract=True)
+                arch_variants=arch_variants, fp_contract=True, ops=OPS, gpu=True, tensor_cores=CUDA_TENSOR_CORES,
+                tf32_tensor_core=TF32_TENSOR_CORE, warpgroup_archs=(WGMMA_ARCH,), async_copies=True, ilp_small_launches=True)

@@ -6,6 +6,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from uopc.targets import BuildRequest, Target
+from uopc.targets.capabilities import CPU
 
 
 def _render(linear, name: str, loc_of, fast_math: bool = False):
@@ -24,4 +25,4 @@ def build(req: BuildRequest) -> dict[str, Path]:
 
 
 TARGET = Target("llvm", "LLVM IR compiled by llvmlite for the host CPU, with the C launcher, into a host shared library",
-                _render, artifacts, build)
+                _render, artifacts, build, ops=CPU)

@@ -8,6 +8,7 @@ from pathlib import Path
 from uopc.diagnostics import note
 from uopc.reporter import current
 from uopc.targets import BuildRequest, Target
+from uopc.targets.capabilities import ALL, F16_F32, SIMPLE, TRANSCENDENTAL, Capabilities
 
 MAC_ONLY = ("metallib", "dylib")
 
@@ -37,4 +38,9 @@ def build(req: BuildRequest) -> dict[str, Path]:
   return paths
 
 
-TARGET = Target("metal", "Metal Shading Language and an Objective-C launcher (binaries on macOS)", _render, artifacts, build)
+# The precise:: functions are not verified here, so transcendentals are decomposed; the fast versions are used under
+# --fast-math; no float64.
+OPS = Capabilities({op: ALL for op in SIMPLE}, {op: F16_F32 for op in TRANSCENDENTAL}, float64=False, int_division=False)
+
+TARGET = Target("metal", "Metal Shading Language and an Objective-C launcher (binaries on macOS)", _render, artifacts, build,
+                ops=OPS, gpu=True)
