@@ -73,3 +73,28 @@ def test_tf32_gemms_on_a_cuda_gpu(gpu, tmp_path):  # noqa: F811 (gpu is test_cud
     got = call(gpu, lib, f"g{m}", entry, [a, b, np.zeros((m, n), np.float32)])[2]
     exact = a.astype(np.float64) @ b.astype(np.float64)
     assert np.linalg.norm(got - exact) / np.linalg.norm(exact) < 2e-3
+
+
+def test_a_product_with_one_operand_staged_builds_and_matches(tmp_path):
+  """GPT-2 attention, 2 heads of 64: its attention-times-V product stages only V (the probabilities are the
+  kernel's own values, read from no PARAM); the other operand keeps its fragments' global loads. This was an
+  internal compiler error under --allow-tf32."""
+  pytest.importorskip("tinygrad", reason="tinygrad 0.14 is not installed")
+  import sys
+  from pathlib import Path
+  from tinygrad import Tensor
+  import uopc
+  sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "samples" / "models"))
+  from programs import causal_attention
+  t, d = 64, 128
+  def attention(x, w_qkv, b_qkv, w_proj, b_proj): return causal_attention(x, w_qkv, b_qkv, w_proj, b_proj, 2)
+  shapes = {"x": (t, d), "w_qkv": (d, 3 * d), "b_qkv": (3 * d,), "w_proj": (d, d), "b_proj": (d,)}
+  path = tmp_path / "attention.uop"
+  path.write_text(uopc.export(attention, *[Tensor.empty(*s) for s in shapes.values()], name="attention"))
+  build(path, BuildOptions(target="cuda", out_dir=tmp_path / "o", emit=("ptx",), allow_tf32=True))
+  assert "mma.sync.aligned.m16n8k8.row.col.f32.tf32.tf32.f32" in (tmp_path / "o" / "attention.ptx").read_text()
+  rng = np.random.default_rng(7)
+  inputs = {n: (rng.standard_normal(s) / (np.sqrt(s[0]) if n.startswith("w") else 1)).astype(np.float32) for n, s in shapes.items()}
+  got = run_file(path, target="cuda", inputs=inputs, emulated=True, allow_tf32=True).arrays["out"]
+  want = attention(*[Tensor(a) for a in inputs.values()]).numpy()
+  assert np.linalg.norm(got - want) / np.linalg.norm(want) < 5e-3

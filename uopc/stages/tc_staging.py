@@ -357,7 +357,9 @@ def stage_operands(sink: UOp, trace=None, stages: int | None = None, local_bytes
   from uopc.stages.warpgroup_mma import warpgroup_mmas  # it builds on this module's forms
   body = warpgroup_mmas(end.src[0], where, threads, lag) if warpgroup else None
   if warpgroup and body is None: return stage_operands(sink, trace, pinned, local_bytes)  # not warpgroup MMAs after all
-  if body is None: body = substitute(end.src[0], {st: _matrix_load(st, where, lane) or _fragment(st, where) for w in wmmas for st in w.src[:2]})
+  # an operand that is not staged (not a PARAM, or read elsewhere too) keeps its fragments' global loads
+  if body is None: body = substitute(end.src[0], {st: _matrix_load(st, where, lane) or _fragment(st, where) for w in wmmas for st in w.src[:2]
+                                                 if all(ld in where for ld in st.src)})
   new_end = UOp(Ops.END, dtypes.void, (UOp(Ops.GROUP, dtypes.void, (body, started)),) + end.src[1:])
   out = substitute(sink, {end: new_end})
   if trace is not None: trace.append((sink, out))
