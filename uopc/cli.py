@@ -204,7 +204,9 @@ def _comma_list(ctx, param, value: str | None) -> tuple[str, ...] | None:
 @click.option("-MF", "dep_file", type=click.Path(dir_okay=False), help="Write the dependency file here (implies -MD).")
 @click.option("--allow-custom", is_flag=True, help="Compile CUSTOM/CUSTOMI ops (target source text uopc cannot check).")
 @click.option("--fast-math", is_flag=True,
-              help="Allow the target's approximate instructions (e.g. PTX ex2/lg2/sin.approx, fused multiply-add). "
+              help="Allow the target's approximate instructions (e.g. PTX ex2/lg2/sin.approx, fused multiply-add), and keep "
+                   "a float16/bfloat16 value computed in float32 unrounded where the program converts it straight back to "
+                   "float32 (a half-precision matmul summed in float32 then sums exact products, as tensor cores do). "
                    "Off by default: float32 EXP2, LOG2, SIN, SQRT, RECIP and DIV are then within 2 ULP of the correctly "
                    "rounded result on every finite input (SIN: |x| up to 1e4), special values (inf, NaN, -0.0, "
                    "subnormals) right, float16/bfloat16 computed in float32 and rounded once.")
@@ -309,11 +311,13 @@ def _int_pairs(ctx, param, values) -> dict[str, int]:
 @click.option("--fp-contract", type=click.Choice(["off", "fast"]), default=None,
               help="As `uopc build --fp-contract`, for the kernels --emulate runs (default: the target's: fused "
                    "multiply-adds on -t cuda and -t amd, none on the others).")
+@click.option("--fast-math", is_flag=True, help="As `uopc build --fast-math`, for the kernels that run (native or --emulate).")
 @verbose_option
 @compiler_command
-def run(file, entry, target, inputs, variables, seed, outputs, emulate, fp_contract):
+def run(file, entry, target, inputs, variables, seed, outputs, emulate, fp_contract, fast_math):
   from uopc.run import format_result, load_inputs, run_file, save_outputs
-  result = run_file(file, entry, target, load_inputs(inputs), variables, seed, emulate, fp_contract=_contract(fp_contract))
+  result = run_file(file, entry, target, load_inputs(inputs), variables, seed, emulate, fp_contract=_contract(fp_contract),
+                    fast_math=fast_math)
   if outputs: save_outputs(result, outputs)
   else: click.echo(format_result(result), nl=False)
 

@@ -41,13 +41,13 @@ def _callify(sink: UOp, name: str) -> UOp:
   return callify(sink)
 
 
-def _rangeify(target: Target) -> Callable[[UOp, str], Any]:
+def _rangeify(target: Target, fast_math: bool = False) -> Callable[[UOp, str], Any]:
   """Rangeify; on the CPU targets, with their rewrites (uopc.stages.cpu_graph: long full reductions split
   into chunks for THREAD tasks, half-precision operands converted once); on the GPU targets, long
   reductions nested in another reduction's loop get kernels of their own (see uopc.stages.rangeify)."""
   def run(sink: UOp, name: str):
     from uopc.stages.rangeify import rangeify
-    return rangeify(sink, cpu=not target.gpu)
+    return rangeify(sink, cpu=not target.gpu, fast_math=fast_math)
   return run
 
 
@@ -100,14 +100,15 @@ def pipeline(target: str | Target, loc_of: Callable[[UOp], Any] = lambda u: None
   """`target`'s stages in seed 000's order (a Target, or its name, resolved here once); `loc_of` lets a renderer point a refusal (an op the target
   lacks) at the source; `schedule` maps kernel names to the opts --opts pins for them; `relocate(old,
   new)` (Module.relocate) keeps a node's source location on what a stage replaces it with; `fast_math`
-  lets Instruction Selection and the renderer use the target's approximate instructions; `vector_bytes`
+  lets Rangeify keep widened half-precision products exact (uopc.stages.fast_math) and Instruction Selection and
+  the renderer use the target's approximate instructions; `vector_bytes`
   is the width of the CPU's vector registers that -t c builds for (`--cpu`; None: the portable one);
   `archs` the GPU archs of the build (--arch; (): the target's defaults), whose limits Optimize meets;
   `fp_contract` (--fp-contract) lets Instruction Selection fuse a float ADD(MUL) into one multiply-add (None: the
   target's default, Target.contract); `allow_tf32` (--allow-tf32) lets float32 gemms take the tf32 tensor cores."""
   t = as_target(target)
   fp_contract = t.contract(fp_contract)
-  return (Stage("callify", _callify), Stage("rangeify", _rangeify(t)), Stage("optimize", _optimize(t, schedule, relocate, vector_bytes, archs, allow_tf32)),
+  return (Stage("callify", _callify), Stage("rangeify", _rangeify(t, fast_math)), Stage("optimize", _optimize(t, schedule, relocate, vector_bytes, archs, allow_tf32)),
           Stage("expand", _expand(relocate)), Stage("isel", _isel(t, fast_math, fp_contract)), Stage("linearize", _linearize(t)),
           Stage("plan", _plan), Stage("render", t.render_stage(loc_of, fast_math)))
 

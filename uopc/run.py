@@ -183,11 +183,12 @@ def _checked_input(module: Module, a: Arg, given: np.ndarray, shape: tuple[int, 
 def run_file(path: str | Path, entry: str | None = None, target: str = "c", inputs: dict[str, np.ndarray] | None = None,
              variables: dict[str, int] | None = None, seed: int | None = None, emulated: bool = False,
              allow_tf32: bool = False, archs: tuple[str, ...] = (), vector_bytes: int | None = None,
-             fp_contract: bool | None = None) -> RunResult:
+             fp_contract: bool | None = None, fast_math: bool = False) -> RunResult:
   """Run one entry of the file at `path`; the arrays of the result hold every buffer afterwards
   (`allow_tf32` and `archs`: as `uopc build --allow-tf32` and `--arch`, for the emulated -t cuda kernels;
   `vector_bytes`: the vector registers of the emulated -t c kernels, as `--cpu` gives them; `fp_contract`:
-  as `uopc build --fp-contract` for the emulated kernels, None: the target's default)."""
+  as `uopc build --fp-contract` for the emulated kernels, None: the target's default; `fast_math`: as
+  `uopc build --fast-math`, native or emulated)."""
   from uopc.frontend import load_module
   from uopc.verify import verify_module
   module = load_module(str(path))
@@ -201,21 +202,21 @@ def run_file(path: str | Path, entry: str | None = None, target: str = "c", inpu
   args = entry_arguments(chosen)
   variables = dict(variables or {})
   arrays = prepare_arrays(module, args, dict(inputs or {}), variables, seed)
-  if emulated: run_emulated(module, chosen, target, args, arrays, variables, allow_tf32, archs, vector_bytes, fp_contract)
-  else: run_native(Path(path), chosen, target, args, arrays, variables)
+  if emulated: run_emulated(module, chosen, target, args, arrays, variables, allow_tf32, archs, vector_bytes, fp_contract, fast_math)
+  else: run_native(Path(path), chosen, target, args, arrays, variables, fast_math)
   return RunResult(chosen.name, args, arrays)
 
 
 def run_emulated(module: Module, entry: Entry, target: str, args: list[Arg], arrays: dict[str, np.ndarray],
                  variables: dict[str, int], allow_tf32: bool = False, archs: tuple[str, ...] = (), vector_bytes: int | None = None,
-                 fp_contract: bool | None = None) -> None:
-  """Lower `entry` with `target`'s pipeline (for the GPU `archs`; (): the target's defaults; `fp_contract`: see
-  `pipeline`) up to Linearize and emulate its kernels in order."""
+                 fp_contract: bool | None = None, fast_math: bool = False) -> None:
+  """Lower `entry` with `target`'s pipeline (for the GPU `archs`; (): the target's defaults; `fp_contract` and
+  `fast_math`: see `pipeline`) up to Linearize and emulate its kernels in order."""
   from uopc.driver import check_target
   from uopc.pipeline import TENSOR_STAGES, PrintOptions, pipeline, run_kernel_stages
   check_target(target)
   stages = pipeline(target, module.loc_of, relocate=module.relocate, archs=archs, allow_tf32=allow_tf32, vector_bytes=vector_bytes,
-                    fp_contract=fp_contract)
+                    fp_contract=fp_contract, fast_math=fast_math)
   names = [s.name for s in stages]
   kernel_stages = [s for s in stages if s.name not in TENSOR_STAGES]
   kernel_stages = kernel_stages[:[s.name for s in kernel_stages].index("linearize") + 1]
@@ -253,17 +254,17 @@ class _EntryInfo(ctypes.Structure):
 _KIND_VAR = 1  # uopc_arg_kind UOPC_ARG_VAR
 
 
-def build_library(path: Path, target: str, out_dir: Path, cpu: str = "portable") -> Path:
+def build_library(path: Path, target: str, out_dir: Path, cpu: str = "portable", fast_math: bool = False) -> Path:
   from uopc.driver import BuildOptions, build, check_target
   check_target(target)
-  build(path, BuildOptions(target, out_dir, ("so", "header"), name=_LIB, cpu=cpu))
+  build(path, BuildOptions(target, out_dir, ("so", "header"), name=_LIB, cpu=cpu, fast_math=fast_math))
   return out_dir / f"lib{_LIB}.so"
 
 
 def run_native(path: Path, entry: Entry, target: str, args: list[Arg], arrays: dict[str, np.ndarray],
-               variables: dict[str, int]) -> None:
+               variables: dict[str, int], fast_math: bool = False) -> None:
   with tempfile.TemporaryDirectory(prefix="uopc-run-") as tmp:
-    lib = ctypes.CDLL(str(build_library(path, target, Path(tmp))))
+    lib = ctypes.CDLL(str(build_library(path, target, Path(tmp), fast_math=fast_math)))
     call_entry(lib, _LIB, entry.name, args, arrays, variables)
 
 

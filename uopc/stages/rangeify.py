@@ -85,6 +85,7 @@ from uopc.stages.callify import bind_arguments
 from uopc.stages.contiguous_copy import contiguous_copy
 from uopc.stages.contraction import contraction_order
 from uopc.stages.cpu_graph import cpu_graph
+from uopc.stages.fast_math import exact_half_products
 from uopc.stages.fusion_checks import FusionChecks, _Nested, _ranges, _Unfused
 from uopc.stages.fusion_cost import reads_something
 from uopc.stages.gpu_graph import gpu_graph
@@ -598,11 +599,13 @@ class _Rangeify:
     self.kernels.append(sink)
 
 
-def rangeify(sink: UOp, cpu: bool = False) -> KernelProgram:
+def rangeify(sink: UOp, cpu: bool = False, fast_math: bool = False) -> KernelProgram:
   """Split a callified tensor program into kernels (see the module docstring); `cpu`: for a CPU target
   (`uopc.stages.cpu_graph`'s rewrites first, the fusion cost's CPU weights), else a GPU target
   (`uopc.stages.gpu_graph`'s split of long reductions to few values first; long reductions nested in
-  another reduction's loop realized)."""
+  another reduction's loop realized); `fast_math`: widened half-precision products exact first
+  (`uopc.stages.fast_math`)."""
+  if fast_math: sink = exact_half_products(sink)
   sink = contraction_order(sink)
   sink = cpu_graph(sink) if cpu else gpu_graph(sink)
   sink = reads_before_writes(sink)
