@@ -10,6 +10,7 @@ import pytest
 
 from uopc.driver import BuildOptions, build
 from uopc.run import run_file
+from test_cuda_gpu import gpu  # noqa: F401,E402 (a fixture)
 
 M, K, N = 32, 48, 40
 
@@ -93,3 +94,26 @@ def test_an_explicit_round_trip_through_float16_stays_rounded(tmp_path):
   for target, emulated in (("c", False), ("cuda", True)):
     got = run_file(path, target=target, inputs={"x": x}, emulated=emulated, fast_math=True).arrays["out"]
     np.testing.assert_array_equal(got, (x * x).astype(np.float16).astype(np.float32))
+
+
+@pytest.mark.gpu
+def test_the_fast_math_half_gemm_on_a_cuda_gpu(gpu, tmp_path):  # noqa: F811 (gpu is test_cuda_gpu's fixture)
+  """On the tensor cores of a real GPU: the exact products' sums (the tensor cores' float32 accumulation within
+  a few times the float32 sum's bound), not the rounded ones'."""
+  import ctypes
+
+  from gpu_samples import call
+  from uopc.frontend import load_module
+  from uopc.pipeline import compile_module
+  m = k = n = 256
+  path = tmp_path / "h.uop"
+  path.write_text(_half_gemm(m=m, k=k, n=n))
+  paths = build(path, BuildOptions(target="cuda", out_dir=tmp_path / "o", fast_math=True))
+  lib = ctypes.CDLL(str(next(p for p in paths if p.suffix == ".so")))
+  (entry,) = compile_module(load_module(str(path)), "cuda", "h", fast_math=True)
+  rng = np.random.default_rng(14)
+  a, b = rng.standard_normal((m, k)).astype(np.float16), rng.standard_normal((k, n)).astype(np.float16)
+  got = call(gpu, lib, "h", entry, [a, b, np.zeros((m, n), np.float32)])[2]
+  exact = a.astype(np.float64)[:, :, None] * b.astype(np.float64)[None]
+  want, bound = exact.sum(1), np.abs(exact).sum(1) * k * 2.0 ** -24
+  assert np.all(np.abs(got - want) <= 4 * bound)
