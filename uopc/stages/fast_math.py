@@ -22,12 +22,19 @@ from uopc.uop import UOp
 
 _HALVES = (dtypes.float16, dtypes.bfloat16)
 _WIDE = (dtypes.float32, dtypes.float64)
+_VIEWS = (Ops.RESHAPE, Ops.PERMUTE, Ops.EXPAND, Ops.SHRINK, Ops.FLIP)
+
+
+def _widened(x: UOp, dt) -> UOp:
+  """x converted to dt beneath its views (a matmul's operand is a reshaped, permuted, expanded PARAM): the
+  conversion reads the buffer in its own layout, so a CPU target converts it once as it is stored."""
+  if x.op in _VIEWS: return x.replace(dtype=dt, src=(_widened(x.src[0], dt),) + x.src[1:])
+  return UOp(Ops.CAST, dt, (x,))
 
 
 def _exact_product(u: UOp, m: UOp) -> UOp | None:
   if u.dtype not in _WIDE or m.dtype not in _HALVES: return None
-  a, b = (UOp(Ops.CAST, u.dtype, (x,)) for x in m.src)
-  return UOp(Ops.MUL, u.dtype, (a, b))
+  return UOp(Ops.MUL, u.dtype, tuple(_widened(x, u.dtype) for x in m.src))
 
 
 _RULES = Rules([(Pat(Ops.CAST, src=(Pat(Ops.MUL, name="m"),), name="u"), _exact_product)])
