@@ -178,6 +178,34 @@ def test_long_full_reductions_split_into_chunks():
   assert [",".join(map(str, heuristic_opts(k, C))) for k in kernels] == ["SPLIT(1,32,G),SPLIT(1,2,r),SPLIT(0,32,t,top)", "SPLIT(0,2,r)"]
 
 
+def mean_of_row_max(n: int, m: int, k: int) -> Func:
+  """(a @ p.T).max(1).mean(): each of n elements a max over m of a sum over k, all fused in one kernel."""
+  f = Func(f"mean_row_max_{n}_{m}_{k}")
+  a, p, out = f.param("a", (n, k)), f.param("p", (m, k)), f.param("out", (1,), out=True)
+  prod = f.op("MUL", f.expand(f.reshape(a, (n, 1, k)), (n, m, k)), f.expand(f.reshape(p, (1, m, k)), (n, m, k)))
+  dots = f.reshape(f.reduce(prod, "ADD", (2,)), (n, m))
+  f.store(out, f.op("MUL", f.reshape(f.reduce(f.reduce(dots, "MAX", (1,)), "ADD", (0, 1)), (1,)), f.const(1.0 / n)))
+  return f
+
+
+def test_a_full_reduction_of_reductions_of_reductions_is_split_by_the_work_under_it(tmp_path):
+  """1024 row maxima of sums over 16: 16M steps under 1024 elements, one thread before (27x slower); now the
+  chunks' kernel is THREAD tasks. A single level of reductions under a short full one is left to fusion."""
+  assert _kernel_split(mean_of_row_max(1024, 1024, 16), True) == ["tmp3[32, 1]", "2 kernels"]
+  assert _kernel_split(mean_of_row_max(64, 64, 16), True) == ["1 kernels"]                # too little work
+  assert _kernel_split(row_reduce(32, 4096, "ADD"), True) == ["1 kernels"]
+  f = mean_of_row_max(1024, 1024, 16)
+  (k0, _) = [type_axes(k, C) for k in _split_program(f, True).kernels]
+  assert ",t" in ",".join(map(str, heuristic_opts(k0, C)))
+  lib = build_lib(tmp_path, program([f]), None, "rows")
+  rng = np.random.default_rng(5)
+  a, p = rng.integers(-3, 4, (1024, 16)).astype(np.float32), rng.integers(-3, 4, (1024, 16)).astype(np.float32)
+  out = np.zeros(1, np.float32)
+  fn = getattr(lib, f"{LIB}_{f.name}")
+  assert fn(*(x.ctypes.data_as(ctypes.c_void_p) for x in (a, p, out))) == 0
+  assert out[0] == np.float32((a @ p.T).max(1).sum() / 1024)  # integers: every partial exact
+
+
 def test_split_sums_follow_the_chunk_and_lane_order(tmp_path):
   n = SPLIT_MIN
   funcs = [total(n), total(n, "MAX"), total(n, "ADD", "i32")]

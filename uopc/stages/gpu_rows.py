@@ -101,8 +101,10 @@ def _pad(plan: _Planner, axes: list[int], cap: int) -> tuple[int, int]:
 def _row_axis(plan: _Planner, i: int, least: int) -> bool:
   """REDUCE axis i is long (`least` or more, a known size) and no output axis is read contiguously
   (coefficient 1) by a load it moves: an affine one, or a gather whose address moves with it through the
-  index it reads (an embedding's gradient, table[idx[n]] * 64 + d: one thread per output then reads the row
-  of d coalesced, where a workgroup per output shared 512 n among 128 threads, 7x tinygrad's time)."""
+  index it reads along a warp's worth of outputs or more (an embedding's gradient, table[idx[n]] * 64 + d: one
+  thread per output then reads the row of d coalesced, where a workgroup per output shared 512 n among 128
+  threads, 7x tinygrad's time; T5's bias table[bucket(q, k)] * 8 + h, 8 heads, is no such row: one thread per
+  (h, q) walked the row of 128 k alone, 1024 threads in all, 11x tinygrad's time)."""
   axes, size = kernel_axes(plan.sink), plan.size(i)
   outputs = {axes[j] for j in plan.axes(AxisType.GLOBAL)}
   # the loads of the whole nest of reductions count: a reduction over two axes of a product of three operands (an einsum
@@ -112,7 +114,8 @@ def _row_axis(plan: _Planner, i: int, least: int) -> bool:
   reads = [f for f in _load_forms(plan) if nest & f.keys()]
   if any(_unit(c) for f in reads for r, c in f.items() if r in outputs): return False
   gathers = [linear_form(simplify(a)) for a in _gather_addresses(plan) if axes[i] in a.toposort()]
-  return isinstance(size, int) and size >= least and not any(f.get(r) == 1 for f in gathers for r in outputs)
+  def coalesces(r) -> bool: return not isinstance(n := r.src[0].arg, int) or n >= GROUP_MIN_THREADS
+  return isinstance(size, int) and size >= least and not any(f.get(r) == 1 and coalesces(r) for f in gathers for r in outputs)
 
 
 def _gather_addresses(plan: _Planner) -> list:
