@@ -273,6 +273,35 @@ def test_a_gather_read_contiguously_along_an_output_axis_is_no_row():
   assert "G128" not in schedule[0] and "u4" in schedule[0], schedule
 
 
+def _t5_bias_softmax(x, table):
+  """T5's relative-position bias (bidirectional buckets from |k - q| of aranges, a log for the far ones) added to
+  attention scores, then their softmax over k: the bias is a gather table[bucket(q, k)] * heads + h."""
+  import math
+  from tinygrad import Tensor, dtypes
+  h, q, k = x.shape
+  rel = Tensor.arange(k)[None, :] - Tensor.arange(q)[:, None]
+  n = rel.abs()
+  large = (8 + ((n.maximum(1).float() / 8).log() / math.log(16) * 8).cast(dtypes.int32)).minimum(15)
+  bucket = (rel > 0).cast(dtypes.int32) * 16 + (n < 8).where(n, large)
+  return (x + table[bucket].permute(2, 0, 1)).softmax(-1)
+
+
+def test_a_gather_along_fewer_outputs_than_a_warp_is_still_a_row(tmp_path):
+  """T5's bias reads table[bucket(q, k)] * 8 + h: h is contiguous in it, but 8 heads are no coalesced warp, so the
+  softmax rows over k still get their warp (one thread per (h, q) walked its row alone: 11x tinygrad's time on
+  an H100); in the emulator it computes what tinygrad computes."""
+  tinygrad = pytest.importorskip("tinygrad")
+  import uopc
+  text = uopc.export(_t5_bias_softmax, tinygrad.Tensor.empty(8, 128, 128), tinygrad.Tensor.empty(32, 8), name="t5")
+  (schedule,) = optimized_text(text)
+  assert ",32,G)" in schedule[1], schedule
+  (tmp_path / "t5.uop").write_text(uopc.export(_t5_bias_softmax, tinygrad.Tensor.empty(4, 16, 64), tinygrad.Tensor.empty(32, 4), name="t5"))
+  rng = np.random.default_rng(2)
+  x, table = rng.standard_normal((4, 16, 64)).astype(np.float32), rng.standard_normal((32, 4)).astype(np.float32)
+  got = run_file(tmp_path / "t5.uop", target="cuda", inputs={"x": x, "table": table}, emulated=True).arrays["out"]
+  np.testing.assert_allclose(got, _t5_bias_softmax(tinygrad.Tensor(x), tinygrad.Tensor(table)).numpy(), rtol=1e-5, atol=1e-6)
+
+
 def test_an_embedding_gradient_matches_numpy_in_the_emulator(tmp_path):
   tinygrad = pytest.importorskip("tinygrad")
   import uopc
