@@ -241,6 +241,37 @@ def test_division_by_zero_is_reported_only_where_it_runs():
   assert "undefined behaviour: IDIV by zero" in fault(body, {0: np.zeros(2, np.int32), 1: np.ones(2, np.int32), 2: np.array([1, 0], np.int32)})
 
 
+_CAST_IN_A_WHERE = """
+  %out = PARAM {(0, "out")} : ptr<i32>
+  %x = PARAM {(1, "x")} : ptr<f32>
+  %i = RANGE(4) {(0, AxisType.LOOP)} : index
+  %xp = INDEX(%x, %i) : ptr<f32>
+  %xv = LOAD(%xp) : f32
+  %big = CAST(%xv) : i32
+  %ok = CMPLT(%xv, 100.0) : bool
+  %v = WHERE(%ok, %big, 7) : i32
+  %neg = CMPLT(%big, 0) : bool
+  %w = WHERE(%neg, 1, %v) : i32
+  %op = INDEX(%out, %i) : ptr<i32>
+  %st = STORE(%op, VALUE)
+  %e = END(%st, %i)
+  SINK(%e)"""
+
+
+def test_an_out_of_range_cast_is_poison_a_where_may_discard_but_a_store_may_not_use():
+  """tinygrad's T5 bucket casts log(0) = -inf to int32 in the arm its `where` discards: no undefined behaviour
+  there. Where the value is used (stored, or through a comparison that decides a WHERE), it is reported at the CAST."""
+  x = np.array([1.5, 3e10, 5e10, 2.0], np.float32)
+  out = np.zeros(4, np.int32)
+  run_kernel(_CAST_IN_A_WHERE.replace("VALUE", "%v"), {0: out, 1: x})
+  assert out.tolist() == [1, 7, 7, 2]
+  for value in ("%big", "%w"):
+    body = _CAST_IN_A_WHERE.replace("VALUE", value)
+    msg = fault(body, {0: np.zeros(4, np.int32), 1: x})
+    assert "undefined behaviour: CAST of an out-of-range float to" in msg and "whose value STORE uses" in msg, msg
+    assert f":{line_of(body, '%big = CAST')}:" in msg, msg
+
+
 def test_missing_variable_and_wrong_buffer_dtype_are_diagnostics():
   body = """
   %out = PARAM {(0, "out")} : ptr<f32>

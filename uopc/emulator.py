@@ -14,7 +14,8 @@ What a real device would do wrong silently is reported as a located diagnostic (
 out-of-bounds loads and stores, reads of LOCAL memory no thread wrote, a LOCAL location written by
 one thread and then read or written by another with no BARRIER in between, a BARRIER reached by only
 some threads, and the undefined behaviour of SPEC-NOTES (division by zero, shifts by the bit width or
-more, float-to-int casts out of range) on the threads that execute it.
+more) on the threads that execute it; a float-to-int cast out of range where its value is used
+(`uopc.emulator_poison`: a WHERE's discarded arm is not a use).
 """
 from __future__ import annotations
 
@@ -25,6 +26,7 @@ from typing import Callable
 import numpy as np
 from ml_dtypes import bfloat16
 
+from uopc import emulator_poison
 from uopc.diagnostics import CompileError, Loc, error
 from uopc.dtype import AddrSpace, DType, PtrDType, dtypes
 from uopc.ops import FUSED, Ops
@@ -258,6 +260,8 @@ class _Emulator:
     self.T = math.prod(shape)
     self.lanes = dict(zip(names, (a.ravel().astype(np.int64) for a in np.indices(shape)))) if names else {}
     self.values: dict = {}
+    self.poison: dict = {}  # value -> (mask of its poisoned lanes, the CAST they come from): uopc.emulator_poison
+    self.fresh = None       # the out-of-range lanes of the CAST just evaluated
     self.active = np.ones(self.T, bool)
     self.stack: list[_Block] = []
     self.barrier_epoch = 0
@@ -269,6 +273,10 @@ class _Emulator:
 
   def _step(self, pc: int, u) -> int:
     op = u.op
+    if self.poison and (hit := emulator_poison.used(u, self.poison, self.active)) is not None:
+      origin = self.poison[hit[0]][1]
+      raise self.fail(origin, f"undefined behaviour: CAST of an out-of-range float to {origin.dtype}, whose value {op.name} uses "
+                              f"({self._who(hit[1])})")
     if op is Ops.RANGE: return self._enter_loop(pc, u)
     if op is Ops.END: return self._end_loop(pc, u)
     if op is Ops.IF:
@@ -281,6 +289,10 @@ class _Emulator:
       self.active = self.stack.pop().outer
       return pc + 1
     self.values[u] = self._eval(u)
+    if self.poison or self.fresh is not None:
+      if (p := emulator_poison.propagate(u, self.values, self.poison, self.fresh)) is not None: self.poison[u] = p
+      else: self.poison.pop(u, None)
+      self.fresh = None
     return pc + 1
 
   def _enter_loop(self, pc: int, u) -> int:
@@ -584,8 +596,9 @@ class _Emulator:
       if src.is_float():
         t = np.trunc(x.astype(np.float64))
         lo, hi = dst.scalar.min, dst.scalar.max
-        self._ub(u, ~((t >= lo) & (t <= hi)), self.active, f"CAST of an out-of-range float to {dst}")
-        return np.where((t >= lo) & (t <= hi), t, 0).astype(np_dtype(dst))
+        inside = (t >= lo) & (t <= hi)
+        if not inside.all(): self.fresh = ~inside & emulator_poison.fit(self.active, inside.shape)
+        return np.where(inside, t, 0).astype(np_dtype(dst))
       return x.astype(np_dtype(dst))
 
   @staticmethod
