@@ -191,6 +191,9 @@ def test_three_lane_int_vector_wraps():
   k = sink(store(d0, c(0), v.alu(Ops.ADD, v)))
   out, _ = run(k, np.full(4, 77, np.int32), np.array([2**31 - 1, -5, 7, 1000], np.int32))
   assert out.tolist() == [-2, -10, 14, 77]  # the 4th element is past the vector: untouched
+  # its load reads its 3 lanes one by one (a 12-byte memcpy into the 16-byte type went through the stack)
+  src = render_kernel(linearize(k), "kern").source
+  assert "memcpy(&val" not in src and "{((data1+0))[0], ((data1+0))[1], ((data1+0))[2]}" in src, src
 
 
 def test_vector_bitcast_and_cast():
