@@ -392,7 +392,8 @@ symbolic_rules = Rules([
 
 
 from uopc.symbolic_gates import gate_rules  # noqa: E402  (its functions use the names above)
-symbolic_rules = symbolic_rules + gate_rules
+from uopc.select_ladders import ladder_rules  # noqa: E402
+symbolic_rules = symbolic_rules + gate_rules + ladder_rules
 
 
 def simplify(u: UOp) -> UOp:
