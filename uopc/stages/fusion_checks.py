@@ -45,6 +45,7 @@ class _Nested(Exception):
 
 
 NESTED_MIN = 256  # elements of a nested reduction from which a GPU gets it realized (gpu_rows.GROUP_MIN: a workgroup's)
+FEW_OUTPUTS = 4 * NESTED_MIN  # outputs of a kernel too few for a short nested reduction's NESTED_MIN repeats in each
 
 
 def _ranges(idx: tuple[UOp, ...], valid: UOp | None) -> tuple[UOp, ...]:
@@ -119,13 +120,14 @@ class FusionChecks:
   def check_nested(self, u: UOp, ranges: list[UOp], outer: tuple[UOp, ...]) -> None:
     """On a GPU, a long reduction whose index moves with another reduction's loop is realized (see the
     module docstring). So is a short one whose repeats over the enclosing reductions' loops add up to
-    NESTED_MIN iterations or more in a kernel of fewer than NESTED_MIN outputs: its few threads would run
+    NESTED_MIN iterations or more in a kernel of fewer than FEW_OUTPUTS outputs: its few threads would run
     them one after another (a contrastive loss's mean over 32 rows of 32-term sums: 1024 steps in one
-    thread), where realized its rows run side by side."""
+    thread; a spatial softmax's expected coordinates, 2 x 128 outputs of 32 x 32 terms), where realized its
+    rows run side by side."""
     if not self.program.realize_nested or not any(r.arg[1] is AxisType.REDUCE for r in outer): return
     if not all(r.src[0].op is Ops.CONST for r in ranges): return
     n = prod(r.src[0].arg for r in ranges)
     if n >= NESTED_MIN: raise _Nested(u)
     repeats = [r.src[0].arg if r.src[0].op is Ops.CONST else NESTED_MIN for r in outer if r.arg[1] is AxisType.REDUCE]
     outputs = prod(r.src[0].arg if r.src[0].op is Ops.CONST else NESTED_MIN for r in self.outputs)
-    if n * prod(repeats) >= NESTED_MIN and outputs < NESTED_MIN: raise _Nested(u)
+    if n * prod(repeats) >= NESTED_MIN and outputs < FEW_OUTPUTS: raise _Nested(u)
