@@ -137,3 +137,41 @@ def test_random_names_build_with_every_target_and_run(tmp_path, names):
   info.restype = ctypes.POINTER(_EntryInfo)
   entry = info(0).contents
   assert [entry.args[i].name.decode("utf-8", "surrogateescape") for i in range(len(names))] == [n.split("\0")[0] for n in names]
+
+
+# ---- short plain names in a multi-kernel entry ---------------------------------------------------------
+# Plain lower-case names are kept as they are in the prototype: none may collide with a local of a launcher's
+# own (the CUDA graph path's run function once unpacked its arguments from a struct pointer named `c`, so a
+# PARAM named `c`, an LSTM's cell state, failed the C compiler)
+SHORT = ["c", "call", "key", "g", "s", "e", "p", "i", "k", "n", "t", "run", "capture", "exec", "failed", "task",
+         "lib", "ctx", "fn", "data", "size", "shared", "kernel", "module", "dev", "device", "buf", "ptr", "result", "rc",
+         "tid", "pool", "done", "graph", "entry", "info", "mask", "bytes", "launch", "sizes", "keys", "slot", "state"]
+
+
+def _two_kernels(names: list[str]) -> str:
+  """out = t - sum(t), t the elementwise sum of the PARAMs: the whole sum is a kernel of its own on every target."""
+  lines = [f'  %p{i} = PARAM([256]) {{({i}, "{n}")}} : f32' for i, n in enumerate(names)]
+  lines += [f'  %out = PARAM([256]) {{({len(names)}, "out")}} : f32']
+  total = "%p0"
+  for i in range(1, len(names)):
+    lines.append(f"  %s{i} = ADD({total}, %p{i})")
+    total = f"%s{i}"
+  lines += [f"  %r = REDUCE({total}) {{(ADD, (0,))}}", "  %m = EXPAND(%r, [256])", f"  %d = SUB({total}, %m)", "  STORE(%out, %d)"]
+  return "func shortnames {\n" + "\n".join(lines) + "\n}\n"
+
+
+@needs_clang
+def test_short_plain_names_in_multi_kernel_entries(tmp_path):
+  path = tmp_path / "shortnames.uop"
+  path.write_text(_two_kernels(SHORT))
+  for target, extra in (("c", {}), ("llvm", {}), ("cuda", {}), ("metal", {})) + ((("amd", {"archs": ("gfx90a",)}),) if LLVM_MC.path else ()):
+    out = tmp_path / target
+    build(path, BuildOptions(target, out, **extra))
+    header = (out / "shortnames.h").read_text()
+    assert all(f" {n}," in header or f" {n})" in header for n in SHORT), f"{target}: a plain name was renamed"
+    if target == "metal": assert metal_syntax_errors((out / "shortnames.metal").read_text()) == ""
+  assert "__graph_call" in (tmp_path / "cuda" / "shortnames_cuda.c").read_text()  # the multi-kernel (graph) path
+  lib = ctypes.CDLL(str(tmp_path / "c" / "libshortnames.so"))
+  bufs = [np.full(256, 1.0, np.float32) for _ in SHORT] + [np.zeros(256, np.float32)]
+  assert lib.shortnames_shortnames(*(ctypes.c_void_p(b.ctypes.data) for b in bufs)) == 0
+  assert np.allclose(bufs[-1], len(SHORT) - 256.0 * len(SHORT))

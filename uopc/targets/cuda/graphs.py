@@ -136,7 +136,7 @@ def wrapper(prefix: str, entry: EntryKernels, args: Sequence[EntryArg], prototyp
   itself: `checks`, the context's functions, then the run through `PREFIX__graph_call`."""
   p, e = prefix, entry.name
   fields = "".join(f" {c_param(a)};" for a in args)
-  unpack = [f"  {c_param(a)} = c->{a.c_name};" for a in args] + [f"  (void){a.c_name};" for a in args]
+  unpack = [f"  {c_param(a)} = uopc_args->{a.c_name};" for a in args] + [f"  (void){a.c_name};" for a in args]
   key = ["(uint64_t)(uintptr_t)functions", "(uint64_t)(uintptr_t)stream",
          *(f"(uint64_t)(uintptr_t){a.c_name}" if a.kind == "buffer" else f"(uint64_t){a.c_name}" for a in args)]
   call = ", ".join(a.c_name for a in args) or "0"
@@ -144,11 +144,11 @@ def wrapper(prefix: str, entry: EntryKernels, args: Sequence[EntryArg], prototyp
     f"struct {p}__call_{e} {{{fields or ' int none;'} }};",
     f"static uint64_t {p}__graph_keys_{e}[{p}__GRAPH_SLOTS * {len(key)}];",
     f"static {p}__graph_cache {p}__graphs_{e} = {{{p}__graph_keys_{e}, {len(key)}, {{0}}, {{0}}, 0}};",
-    f"static int {p}__run_{e}(CUfunction* functions, const void* call, CUstream stream) {{",
-    f"  const struct {p}__call_{e}* c = (const struct {p}__call_{e}*)call;", "  (void)c;", *unpack, "  int status = UOPC_OK;",
+    f"static int {p}__run_{e}(CUfunction* functions, const void* uopc_call, CUstream stream) {{",
+    f"  const struct {p}__call_{e}* uopc_args = (const struct {p}__call_{e}*)uopc_call;", "  (void)uopc_args;", *unpack, "  int status = UOPC_OK;",
     *body, "  return status;", "}", "",
     f"{prototype} {{", *checks, "  CUfunction* functions = NULL;",
     f"  int status = {p}__functions_of_context(&functions);", "  if (status != UOPC_OK) return status;",
-    f"  const struct {p}__call_{e} call = {{{call}}};",
-    f"  const uint64_t key[{len(key)}] = {{{', '.join(key)}}};",
-    f"  return {p}__graph_call(&{p}__graphs_{e}, key, functions, stream, {p}__run_{e}, &call);", "}"])
+    f"  const struct {p}__call_{e} uopc_call = {{{call}}};",
+    f"  const uint64_t uopc_key[{len(key)}] = {{{', '.join(key)}}};",
+    f"  return {p}__graph_call(&{p}__graphs_{e}, uopc_key, functions, stream, {p}__run_{e}, &uopc_call);", "}"])
