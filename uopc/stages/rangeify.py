@@ -606,7 +606,7 @@ def rangeify(sink: UOp, cpu: bool = False, fast_math: bool = False) -> KernelPro
   another reduction's loop realized); `fast_math`: widened half-precision products exact first
   (`uopc.stages.fast_math`)."""
   if fast_math: sink = exact_half_products(sink)
-  sink = contraction_order(sink)
+  sink = contraction_order(sink, fewer_products=cpu)
   sink = cpu_graph(sink) if cpu else gpu_graph(sink)
   sink = reads_before_writes(sink)
   unfused: frozenset[UOp] = frozenset()
