@@ -76,7 +76,8 @@ def test_bilinear_upsampling_computes_its_source_columns(tmp_path):
   (clamp(..) // 256) read inside one-hot reductions. That index arithmetic is computed where it is used, not
   realized into an integer buffer for its cost (uopc.stages.fusion_cost): its range is then known, the gates
   of the gathers it addresses fold (the clamp keeps every column in bounds), and the program is two kernels
-  (the rows' interpolation, then the columns'), none of them storing integers."""
+  (the rows' interpolation, then the columns') and, on a CPU, a table of the columns' float weights (computed
+  once instead of once per row: fusion_checks.check_repeats), none of them storing integers."""
   import io
   from uopc.driver import BuildOptions, build
   p = next(p for p in SMALL if p.name == "upsample_bilinear")
@@ -85,5 +86,6 @@ def test_bilinear_upsampling_computes_its_source_columns(tmp_path):
   printed = io.StringIO()
   build(path, BuildOptions("c", tmp_path / "out", cpu="portable", print_after=("rangeify",), print_out=printed))
   ir = printed.getvalue()
-  assert "# 2 kernel(s)" in ir and not any(t in ir for t in (": i32[", ": bool[", ": i64[")), ir
+  assert "# 3 kernel(s)" in ir and "tmp2: f32[34] intermediate" in ir, ir
+  assert not any(t in ir for t in (": i32[", ": bool[", ": i64[")), ir
   assert "?*(" not in (tmp_path / "out" / "up.c").read_text()  # no gated scalar load

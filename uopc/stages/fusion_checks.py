@@ -7,9 +7,11 @@ add realizations, and the program they end with is the first in which none raise
   only at an index of a prefix of its output loops that names each of its elements about once;
 - check_beside (GPU): such a REDUCE read at fewer than all the output loops is realized where the loops
   beside it would stay off the grid with no workgroup row to share them;
+- check_reread: a REDUCE lowered at several indices in one kernel (slices of one matmul, LSTM gates from one
+  product) is realized where that runs NESTED_MIN or more iterations of its loop again per output;
 - check_repeats: an expensive elementwise value (`uopc.stages.fusion_cost`) computed again per iteration
-  of a loop around a reduction is realized (on a GPU, unless that reduction folds into a gather:
-  `unfuse`); index arithmetic never is;
+  of a loop around a reduction (on a CPU also of an output loop outside one it depends on) is realized (on
+  a GPU, unless that reduction folds into a gather: `unfuse`); index arithmetic never is;
 - check_nested (GPU): a long REDUCE inside another reduction's loop is realized.
 """
 from __future__ import annotations
@@ -53,6 +55,10 @@ def _ranges(idx: tuple[UOp, ...], valid: UOp | None) -> tuple[UOp, ...]:
   return tuple(r for r in UOp(Ops.SINK, dtypes.void, idx + ((valid,) if valid is not None else ())).toposort() if r.op is Ops.RANGE)
 
 
+def _below_reshapes(u: UOp) -> UOp:
+  while u.op is Ops.RESHAPE: u = u.src[0]
+  return u
+
 
 class FusionChecks:
   """The checks of the module docstring, mixed into Rangeify's _Kernel (its program, output loops and the
@@ -61,6 +67,8 @@ class FusionChecks:
   outputs: tuple[UOp, ...]
   enclosing: list[tuple[UOp, ...]]
   beside: list[tuple[UOp, set[UOp], list[UOp]]]
+  lowered_at: dict[UOp, set[tuple[UOp, ...]]]
+  alu_path: list[UOp]
   reduce_outers: list[tuple[UOp, ...]]
   deferred: list[list[UOp]]
 
@@ -78,6 +86,22 @@ class FusionChecks:
     if None in sizes or not all(isinstance(d, int) for d in u.shape + u.src[0].shape): return
     elements = prod(u.shape)
     if repeats_expensive_work(prod(u.src[0].shape) // elements, [prod(sizes) // elements]): raise _Unfused(u)
+
+  def check_reread(self, u: UOp, idx: tuple[UOp, ...], ranges: list[UOp]) -> None:
+    """A fused REDUCE whose loop is lowered at another index of the same kernel (an LSTM's four gates, slices
+    of one product `x @ w` read side by side) runs that loop again for each index: where that repeats
+    NESTED_MIN iterations or more per output it is realized instead, computed once per element by a kernel
+    of its own (and a product there gets its tiles), and read back at each index; with it the elementwise
+    values of its shape directly above it (a sum of two products and a bias: one kernel)."""
+    at = self.lowered_at.setdefault(u, set())
+    at.add(idx)
+    if len(at) < 2 or not all(r.src[0].op is Ops.CONST for r in ranges): return
+    if (len(at) - 1) * prod(r.src[0].arg for r in ranges) < NESTED_MIN: return
+    top = u  # the elementwise values right above it, of its size, are realized with it (x @ wx + h @ wh + b)
+    for v in reversed(self.alu_path):
+      if prod(v.shape) != prod(u.shape) or top not in map(_below_reshapes, v.src): break
+      top = v
+    raise _Unfused(top)
 
   def check_beside(self, value: UOp) -> None:
     """On a GPU, a reduction fused at fewer than all the output loops leaves the others beside it, off the
@@ -103,10 +127,16 @@ class FusionChecks:
 
   def check_repeats(self, u: UOp, idx: tuple[UOp, ...], valid: UOp | None) -> None:
     """An elementwise value computed inside a reduction loop is computed again for each loop around
-    that reduction its index does not depend on: realize it when that repeats expensive work."""
-    if not self.enclosing: return
+    that reduction its index does not depend on: realize it when that repeats expensive work. On a CPU so
+    is one outside reductions broadcast over an output loop outside a loop it depends on (the compiler
+    hoists it out of the loops inside): RoPE's cos and sin of (position, frequency), broadcast over 12 heads,
+    a 128 x 32 table each instead of 12 times the transcendentals. On a GPU its threads recompute it (a
+    kernel for the table would add a launch to a kernel of a few microseconds)."""
     deps = set(_ranges(idx, valid))
-    repeats = [r.src[0].arg if r.src[0].op is Ops.CONST else r.src[0] for r in self.enclosing[-1] if r not in deps]
+    if self.enclosing: loops = self.enclosing[-1]
+    elif self.program.cpu: loops = self.outputs[:max((i for i, r in enumerate(self.outputs) if r in deps), default=0)]
+    else: return
+    repeats = [r.src[0].arg if r.src[0].op is Ops.CONST else r.src[0] for r in loops if r not in deps]
     if repeats and repeats_expensive_work(elementwise_cost(u, self.program.costs, self.program.cpu), repeats): self.unfuse(u)
 
   def unfuse(self, u: UOp) -> None:

@@ -249,6 +249,8 @@ class _Kernel(FusionChecks):
     self.reduce_outers: list[tuple[UOp, ...]] = []  # the loops around each reduction loop
     self.deferred: list[list[UOp]] = []  # values to realize if the reductions being lowered keep their loops
     self.merged: dict[UOp, list[UOp]] = {}  # a REDUCE lowered as more loops of the enclosing one: its loop list
+    self.lowered_at: dict[UOp, set[tuple[UOp, ...]]] = {}  # a fused REDUCE -> the indices its loop was lowered at
+    self.alu_path: list[UOp] = []  # the elementwise values being lowered, innermost last
 
   def buffer_size(self, index: UOp) -> int | None:
     """The element count of the program buffer an INDEX addresses (None: an accumulator, or symbolic)."""
@@ -292,7 +294,9 @@ class _Kernel(FusionChecks):
       if self.program.reads.get(u, True): self.check_repeats(u, idx, valid)
       if op is Ops.BITCAST and u.dtype.itemsize != src[0].dtype.itemsize:
         raise CompileError([error(None, f"BITCAST between sizes ({src[0].dtype} to {u.dtype}) is not supported in tensor programs")])
-      lowered = tuple(self.lower(s, _broadcast_index(idx, s.shape, u.shape), valid) for s in src)
+      self.alu_path.append(u)
+      try: lowered = tuple(self.lower(s, _broadcast_index(idx, s.shape, u.shape), valid) for s in src)
+      finally: self.alu_path.pop()
       return u.replace(src=_defined_outside(u, lowered, valid) if valid is not None else lowered)
     if op is Ops.AFTER and (base := _strip_after(u)) in self.program.buffer_of:
       return self.load(self.program.read(base, _version(u)), idx, valid)
@@ -380,7 +384,7 @@ class _Kernel(FusionChecks):
       del self.reduce_outers[mine]  # no loop after all (an arange's count: a masked softmax's mask holds one per row)
       return closed
     for v in repeated: self.unfuse(v)
-    if u in self.program.fusing: self.check_fused(u, idx, valid, ranges)  # a loop-free closed form fuses anywhere
+    if u in self.program.fusing: self.check_fused(u, idx, valid, ranges); self.check_reread(u, idx, ranges)  # noqa: E702 - a loop-free closed form fuses anywhere
     self.check_nested(u, ranges, outer)
     acc = UOp(Ops.BUFFER, dt.ptr(AddrSpace.REG, 1), (), (self.n_regs, f"acc{self.n_regs}"))
     self.n_regs += 1
