@@ -47,6 +47,7 @@ class _Nested(Exception):
 
 
 NESTED_MIN = 256  # elements of a nested reduction from which a GPU gets it realized (gpu_rows.GROUP_MIN: a workgroup's)
+REREAD_MAX = 8  # indices a fused REDUCE's loop is lowered at in one kernel, at most, however short it is
 FEW_OUTPUTS = 4 * NESTED_MIN  # outputs of a kernel too few for a short nested reduction's NESTED_MIN repeats in each
 
 
@@ -96,7 +97,7 @@ class FusionChecks:
     at = self.lowered_at.setdefault(u, set())
     at.add(idx)
     if len(at) < 2 or not all(r.src[0].op is Ops.CONST for r in ranges): return
-    if (len(at) - 1) * prod(r.src[0].arg for r in ranges) < NESTED_MIN: return
+    if (len(at) - 1) * prod(r.src[0].arg for r in ranges) < NESTED_MIN and len(at) <= REREAD_MAX: return
     top = u  # the elementwise values right above it, of its size, are realized with it (x @ wx + h @ wh + b)
     for v in reversed(self.alu_path):
       if prod(v.shape) != prod(u.shape) or top not in map(_below_reshapes, v.src): break

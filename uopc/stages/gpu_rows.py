@@ -106,6 +106,7 @@ def _row_axis(plan: _Planner, i: int, least: int) -> bool:
   threads, 7x tinygrad's time; T5's bias table[bucket(q, k)] * 8 + h, 8 heads, is no such row: one thread per
   (h, q) walked the row of 128 k alone, 1024 threads in all, 11x tinygrad's time)."""
   axes, size = kernel_axes(plan.sink), plan.size(i)
+  if not isinstance(size, int) or size < least: return False  # before the loads' forms: a kernel may have hundreds of short ones
   outputs = {axes[j] for j in plan.axes(AxisType.GLOBAL)}
   # the loads of the whole nest of reductions count: a reduction over two axes of a product of three operands (an einsum
   # "ij,jk,kl->il") whose inner axis reads w[k, l] along the output's rows is a gemm (register tiles), not a row
@@ -115,7 +116,7 @@ def _row_axis(plan: _Planner, i: int, least: int) -> bool:
   if any(_near(c) for f in reads for r, c in f.items() if r in outputs) or _crossed(reads, outputs): return False
   gathers = [linear_form(simplify(a)) for a in _gather_addresses(plan) if axes[i] in a.toposort()]
   def coalesces(r) -> bool: return not isinstance(n := r.src[0].arg, int) or n >= GROUP_MIN_THREADS
-  return isinstance(size, int) and size >= least and not any(f.get(r) == 1 and coalesces(r) for f in gathers for r in outputs)
+  return not any(f.get(r) == 1 and coalesces(r) for f in gathers for r in outputs)
 
 
 ROW_CROSSED_MIN = 16  # output axes at least this long that a product's operands cross make it a gemm, not rows
