@@ -86,7 +86,7 @@ from uopc.stages.contiguous_copy import contiguous_copy
 from uopc.stages.contraction import contraction_order
 from uopc.stages.cpu_graph import cpu_graph
 from uopc.stages.fast_math import exact_half_products
-from uopc.stages.fusion_checks import FusionChecks, _Nested, _ranges, _Unfused
+from uopc.stages.fusion_checks import FusionChecks, _Nested, _ranges, _term_instead, _Unfused
 from uopc.stages.fusion_cost import reads_something
 from uopc.stages.gpu_graph import gpu_graph
 from uopc.stages.kernel_program import BufferInfo, Collective, KernelProgram, Launch
@@ -395,19 +395,6 @@ class _Kernel(FusionChecks):
     body = UOp(Ops.STORE, dtypes.void, (UOp(Ops.INDEX, acc.dtype, (acc, zero)), UOp(red, dt, (current, value))))
     for r in reversed(ranges): body = UOp(Ops.END, dtypes.void, (body, r))
     return UOp(Ops.LOAD, dt, (UOp(Ops.INDEX, acc.dtype, (UOp(Ops.AFTER, acc.dtype, (acc, body)), zero)),))
-
-
-def _term_instead(term: UOp, inner: UOp, loops: list[UOp]) -> UOp | None:
-  """A reduction `inner` found nested in the reduction of `term` over `loops`, or read there where it cannot
-  fuse (on a GPU): realize `term` instead where `inner` holds at most one value per iteration of those
-  loops (a per-row statistic in a sum over rows) and `term` no more elements than `inner`: a loss's per-row
-  term over its row's max, sum and one-hot pick is one kernel of rows, each row's reductions fused in it at
-  the row's index, instead of a kernel per reduction (cross-entropy: 5 kernels -> 2). The term is taken below
-  its PERMUTEs and RESHAPEs (a transposed copy would be one more kernel); None where it is `inner` itself."""
-  while term.op in (Ops.PERMUTE, Ops.RESHAPE): term = term.src[0]
-  if inner.op is not Ops.REDUCE or term.op is Ops.REDUCE or not all(isinstance(d, int) for d in term.shape + inner.shape): return None
-  if any(r.src[0].op is not Ops.CONST for r in loops) or prod(inner.shape) > prod(r.src[0].arg for r in loops): return None
-  return term if prod(term.shape) <= prod(inner.shape) else None
 
 
 # ---- the program --------------------------------------------------------------------------------------
