@@ -66,7 +66,7 @@ import math
 from uopc.ops import AxisType, GroupOp, Ops
 from uopc.stages.cpu_staging import reuse
 from uopc.stages.opts import STAGE_AUTO
-from uopc.stages.optimize import Opt, OptOp, _is_global, _memory_ops, axis_size, kernel_axes, nested_with, root_buffer
+from uopc.stages.optimize import Opt, OptOp, _is_global, _memory_ops, axis_size, kernel_axes, nested_with, root_buffer, scopes
 from uopc.stages.planner import (CPU_SELECT_UNROLL, _contiguous_output, _in_gated_load, _Planner, _reads_contiguously, _selects,
                                   _store_strides, _strides)
 from uopc.uop import UOp
@@ -91,13 +91,47 @@ CPU_ALONE_BLOCKS = 6       # blocks of lanes a reduction without a second tile a
 def cpu_heuristics(plan: _Planner) -> None:
   """The opts of a CPU kernel (see the module docstring)."""
   work = _work(plan.sink)
-  inner = _contiguous_output(plan)
+  inner = _lane_axis(plan, _contiguous_output(plan))
   if _partials(plan): _output_lanes(plan, inner, 1)  # lanes that would gather: the partials are the kernel's lanes
   else: _register_tile(plan, inner)
   _thread_tasks(plan, work)
   if plan.axes(AxisType.REDUCE):
     reads, conflicts = reuse(plan.sink)
     if reads >= CPU_STAGE_REUSE or (conflicts and reads >= CPU_STAGE_REUSE // 2): plan.apply(Opt(OptOp.STAGE, None, STAGE_AUTO))
+
+
+def _lane_axis(plan: _Planner, inner: int | None) -> int | None:
+  """The output axis a reduction's lanes go along: the contiguous output axis, unless a load inside the reduction
+  moves with it by more than one element while another output axis moves every load inside it by one or not at all:
+  a product stored transposed (MLP-Mixer's x + (h @ w2).transpose(1, 2): h[d, j] gathered lane by lane in each of
+  384 steps along d, w2[j, t] read in vectors along t). Its stores and the loads outside the reduction, once per
+  output, are gathered and scattered instead (`_Planner.lanes_inside` then judges the lanes by the reduction's loads)."""
+  if inner is None or not plan.axes(AxisType.REDUCE) or _reads_contiguously(plan, inner): return inner
+  # not where the reduction computes a transcendental: along the new lanes its values would be broadcast scalars
+  # (ConvNeXt's GELU fused into its second product, NHWC stored as NCHW: 9.5 -> 12.1 ms with lanes along channels)
+  if any(u.op in CPU_CHAIN_OPS for u in plan.sink.toposort()): return inner
+  plan.lanes_inside = True
+  moved = [i for i in plan.axes(AxisType.GLOBAL) if i != inner and isinstance(plan.size(i), int) and _moves_inside(plan, i)]
+  # ... an operand's axis: some load inside the reduction does not move with it (a product's a serves its lanes)
+  best = next((i for i in reversed(moved) if _reads_contiguously(plan, i) and _reused_inside(plan, i)), None)
+  if best is None or _reads_contiguously(plan, inner): plan.lanes_inside = False
+  return inner if best is None or _reads_contiguously(plan, inner) else best
+
+
+def _moves_inside(plan: _Planner, i: int) -> bool:
+  """Axis i moves some global load inside a reduction."""
+  r, scope = kernel_axes(plan.sink)[i], scopes(plan.sink)
+  reduces = {kernel_axes(plan.sink)[j] for j in plan.axes(AxisType.REDUCE)}
+  return any(u.op is Ops.LOAD and _is_global(root_buffer(u.src[0])) and scope[u] & reduces and r in u.src[0].src[1].toposort()
+             for u in _memory_ops(plan.sink))
+
+
+def _reused_inside(plan: _Planner, i: int) -> bool:
+  """Some global load inside a reduction does not move with axis i."""
+  r, scope = kernel_axes(plan.sink)[i], scopes(plan.sink)
+  reduces = {kernel_axes(plan.sink)[j] for j in plan.axes(AxisType.REDUCE)}
+  return any(u.op is Ops.LOAD and _is_global(root_buffer(u.src[0])) and scope[u] & reduces and r not in u.src[0].toposort()
+             for u in _memory_ops(plan.sink))
 
 
 def _partials(plan: _Planner) -> bool:

@@ -19,6 +19,7 @@ class _Planner:
 
   def __init__(self, sink: UOp, caps: TargetCaps):
     self.sink, self.caps, self.opts = sink, caps, []
+    self.lanes_inside = False  # _reads_contiguously counts only the loads inside reductions (cpu_schedule._lane_axis)
 
   def axes(self, *types: AxisType) -> list[int]:
     return [i for i, r in enumerate(kernel_axes(self.sink)) if axis_type(r) in types]
@@ -73,8 +74,12 @@ def _reads_contiguously(plan: _Planner, i: int, flipped: bool = False) -> bool:
   """Every global LOAD that axis i moves reads consecutive elements along it (its coefficient is 1; or -1 with
   `flipped`: a block of lanes read backwards is one vector load and a shuffle)."""
   r = kernel_axes(plan.sink)[i]
+  if plan.lanes_inside:
+    from uopc.stages.optimize import scopes
+    scope, reduces = scopes(plan.sink), {kernel_axes(plan.sink)[j] for j in plan.axes(AxisType.REDUCE)}
   for u in _memory_ops(plan.sink):
     if u.op is not Ops.LOAD or not _is_global(root_buffer(u.src[0])) or r not in u.src[0].src[1].toposort(): continue
+    if plan.lanes_inside and not scope[u] & reduces: continue
     if (form := _strides(u.src[0].src[1])) is None or form.get(r) not in ((1, -1) if flipped else (1,)): return False
   return True
 
