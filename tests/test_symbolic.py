@@ -323,6 +323,21 @@ def test_nested_sums_open_for_a_divisor():
   assert simplified(kept) is kept
 
 
+def test_a_lane_below_a_block_drops_out_of_a_quotient():
+  """(l*4 + u) // 32 -> l // 8 and (l*4 + u) % 32 -> (l % 8)*4 + u for u in [0, 4): the lanes of a SPLIT's UPCAST
+  inside one block of the quotient then read one value (a window attention's head under its 4 upcast channels)."""
+  l, u = rng(24, 2), rng(4, 3)
+  e = add(mul(l, c(4)), u)
+  assert simplified(idiv(e, c(32))) is idiv(l, c(8))
+  assert simplified(mod(e, c(32))) is add(mul(mod(l, c(8)), c(4)), u)
+  for j in range(4): assert simplified(idiv(add(mul(l, c(4)), c(j)), c(32))) is idiv(l, c(8))
+  assert simplified(idiv(add(mul(add(mul(R3, c(6)), l), c(4)), u), c(32))) is idiv(add(mul(R3, c(6)), l), c(8))  # nested: opened
+  crossing = idiv(add(add(mul(l, c(4)), u), c(1)), c(32))  # u + 1 reaches 4: the next block
+  assert simplified(crossing) is crossing
+  signed = idiv(add(mul(X, c(4)), u), c(32))  # x*4 < 0: truncation is not floor
+  assert simplified(signed) is signed
+
+
 def test_sum_of_mixed_sign_is_kept():
   # x in [-9, 9] and y*4 >= 0: x + y*4 crosses zero while x does, truncation breaks the identity
   before = idiv(add(X, mul(Y, c(4))), c(4))

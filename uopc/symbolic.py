@@ -268,7 +268,8 @@ def _div_const(d: UOp, x: UOp, c: UOp) -> UOp | None:
   if x.op is Ops.MOD and x.src[1].op is Ops.CONST and x.src[1].arg > 0 and x.src[1].arg % c.arg == 0:
     # (y%(c*b))//c -> (y//c)%b, likewise odd-symmetric
     return x.src[0].alu(Ops.IDIV, c).alu(Ops.MOD, UOp.const(d.dtype, x.src[1].arg // c.arg))
-  return _split_multiples(x, c.arg, Ops.IDIV) or _divide_common_factor(x, c.arg) or _split_opened(x, c.arg, Ops.IDIV)
+  return _split_multiples(x, c.arg, Ops.IDIV) or _divide_common_factor(x, c.arg) or _split_opened(x, c.arg, Ops.IDIV) or \
+    _drop_remainder(x, c.arg, Ops.IDIV)
 
 
 def _mod_const(m: UOp, x: UOp, c: UOp) -> UOp | None:
@@ -280,7 +281,8 @@ def _mod_const(m: UOp, x: UOp, c: UOp) -> UOp | None:
     d = x.src[1].arg
     if d <= c.arg: return x            # |y % d| < d <= c: the outer mod changes nothing
     if d % c.arg == 0: return x.src[0].alu(Ops.MOD, c)  # y%d keeps y's sign and differs by a multiple of c
-  return _split_multiples(x, c.arg, Ops.MOD) or _reduce_coefficients(x, c.arg) or _split_opened(x, c.arg, Ops.MOD)
+  return _split_multiples(x, c.arg, Ops.MOD) or _reduce_coefficients(x, c.arg) or _split_opened(x, c.arg, Ops.MOD) or \
+    _drop_remainder(x, c.arg, Ops.MOD)
 
 
 def _split_opened(x: UOp, c: int, op: Ops) -> UOp | None:
@@ -290,6 +292,28 @@ def _split_opened(x: UOp, c: int, op: Ops) -> UOp | None:
   if x.dtype is not dtypes.index or not any((y := _coeff(t)[0]) is not None and y.op is Ops.ADD for t in _terms(x)): return None
   flat = [_scaled(a, k, x.dtype) for a, k in linear_form(x).items() if k]
   return _split_multiples(_sum(flat), c, op) if flat else None
+
+
+def _drop_remainder(x: UOp, c: int, op: Ops) -> UOp | None:
+  """(g*B + s) // c -> B // (c/g) and (g*B + s) % c -> (B % (c/g))*g + s, where g > 1 divides c and every
+  coefficient of B's summands and 0 <= s < g: a SPLIT's lane below a block of g, so that UPCAST lanes inside one
+  block compute one value ((l*4 + u) // 32 -> l // 8, u in [0, 4)). Exact where B >= 0 (truncation is floor) and
+  the sum does not wrap; an index's nested sums are opened first (as _split_opened)."""
+  dt, terms = x.dtype, _terms(x)
+  if dt is dtypes.index and any((y := _coeff(t)[0]) is not None and y.op is Ops.ADD for t in terms):
+    terms = [_scaled(a, k, dt) for a, k in linear_form(x).items() if k]
+  if not terms or not _fits(_exact_range(terms), dt): return None
+  coeffs = [_coeff(t) for t in terms]
+  for g in sorted({math.gcd(c, k) for _, k in coeffs if k and math.gcd(c, k) > 1}, reverse=True):
+    big = [(y, k // g) for y, k in coeffs if k % g == 0]
+    small = [t for t, (_, k) in zip(terms, coeffs) if k % g]
+    if not big or not small: continue
+    lo, hi = _exact_range(small)
+    if lo < 0 or hi >= g or _exact_range([t for t, (_, k) in zip(terms, coeffs) if k % g == 0])[0] < 0: continue
+    block = _sum([_scaled(y, k, dt) for y, k in big])
+    if op is Ops.IDIV: return block.alu(Ops.IDIV, UOp.const(dt, c // g))
+    return block.alu(Ops.MOD, UOp.const(dt, c // g)).alu(Ops.MUL, UOp.const(dt, g)).alu(Ops.ADD, _sum(small))
+  return None
 
 
 def _reduce_coefficients(x: UOp, c: int) -> UOp | None:
