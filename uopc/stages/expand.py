@@ -219,10 +219,21 @@ class _Expander:
     if u.op is Ops.STORE and u.src[0].op is Ops.INDEX: return self.store(u)
     axes = self.axes_of(u.src)
     if not axes: return Lanes((), (u.replace(src=tuple(self.one(s) for s in u.src)),), 1)
+    if u.op in (Ops.IDIV, Ops.MOD) and (fewer := self.block_quotient(u, axes)) is not None: return fewer
     if u.op is Ops.INDEX: return Lanes(axes, (), self.width)  # only a LOAD/STORE reads it, through its offset
     if not (u.op in GroupOp.ALU or u.op in (Ops.CAST, Ops.BITCAST)) or u.dtype.count != 1:
       raise _fail(f"{u.op.name} of {u.dtype} cannot be expanded over UPCAST/UNROLL axes")
     return self.make(axes, lambda ls: UOp(u.op, u.dtype.vec(len(ls)), tuple(self.operand(s, axes, ls) for s in u.src), u.arg))
+
+  def block_quotient(self, u: UOp, axes: tuple[UOp, ...]) -> Lanes | None:
+    """An index quotient or remainder that simplifies to depend on fewer expanded axes (a SPLIT's lanes inside one
+    block: (l*4 + u) // 32 is l // 8), expanded in that form, so that the lanes share one value and what is computed
+    from it (a head's attention weight under its 4 upcast channels) is computed once; None where it does not."""
+    simple = simplify(u)
+    if simple is u or not any(r not in simple.toposort() for r in axes): return None
+    for x in simple.toposort():
+      if x not in self.v: self.v[x] = self._expand(x)
+    return self.v[simple]
 
   def axes_of(self, srcs) -> tuple[UOp, ...]:
     return tuple(sorted({r for s in srcs for r in self.v[s].axes}, key=_lane_order))
