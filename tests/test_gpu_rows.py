@@ -180,7 +180,9 @@ def test_a_window_sum_over_a_padded_row_takes_a_thread_per_output():
   gate depends on the position in the row only: computed once for both) and 16 window elements at once."""
   kernels = optimized(_cumsum(64, 1000))
   assert kernels[0][0] == "g32 u2 g4 g2 l128 R16 r16"
-  assert kernels[1][0].startswith("g32 u2 ")  # the blocks' offsets: 2 rows a thread too
+  # the blocks' offsets read the row only in blocks of 256 ((i + 24) // 256: `_block_reads`): 2 consecutive outputs of
+  # a row a thread share those loads (H200: 0.0148 -> 0.0133 ms for the cumsum, against 2 rows a thread)
+  assert kernels[1][0] == "g16 l4 g50 l10 u2 r4"
 
 
 @pytest.mark.parametrize("target", ["cuda", "metal"])

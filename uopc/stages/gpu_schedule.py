@@ -33,6 +33,8 @@ import itertools
 import math
 
 from uopc.ops import AxisType, Ops
+from uopc.dtype import dtypes
+from uopc.rewrite import substitute
 from uopc.symbolic import linear_form, simplify
 from uopc.uop import UOp
 from uopc.stages.optimize import _is_global, _memory_ops, accumulator_update, kernel_axes, nested_with, root_buffer, scopes
@@ -57,11 +59,13 @@ GPU_MIN_WORKGROUPS = 256     # ... fewer where it would leave fewer workgroups t
 GPU_INNER_THREADS = 16       # threads along the contiguous axis at most: 16 x 4 floats = 256 contiguous bytes ...
 GPU_GATHER_LANES = 8         # ... times this where a gather drops the tile (its lanes become threads; cumsum 64 x 1000
                              # on the H100: 0.094 ms with 4, 0.073 ms with 8)
+GPU_BLOCK_LANES = 4         # lanes of the contiguous axis that a gather reading it only through their block (`_block_reads`) shares
 GPU_GATHER_UNROLL = 16       # such a kernel's reduction unrolled by this (independent gated loads in flight), and
 GPU_GATHER_SHARED = 2        # this many outputs a thread along an axis no gate depends on (their gates computed once):
                              # cumsum's window sums on the H100 26 -> 22 us
 GPU_SHORT_REDUCE = 4         # reduce axes up to this size are unrolled whole (a convolution's 3 x 3 window)
-GPU_UNROLL = 4               # the longest reduce axis is unrolled by this much
+GPU_UNROLL = 4               # the longest reduce axis is unrolled by this much, or by 2, or by one of these where neither divides
+GPU_ODD_UNROLLS = (3, 5, 7)  # it (a 7 x 7 window attention's 49 keys: its gathered bias loads 7 in flight, not one; H200, its row max 30 -> 8.5 us)
 GPU_UNROLL_MAX = 36          # copies of the body the unrolls make at most
 GPU_UNROLL_LOADS = 128       # values loaded by the unrolled copies at most (their registers)
 GPU_GROUP_MIN = 64           # reduce iterations per thread from which sharing a reduction pays
@@ -87,7 +91,7 @@ def tiled_reduction(plan: _Planner) -> bool:
   if not reduces or not outputs or any(not reduces <= near.get(axes[i], frozenset()) for i in plan.axes(AxisType.LOOP)): return False
   inner = _contiguous_output(plan)
   strided = _strided_reads(plan, inner)
-  other = _reuse_axis(plan, [i for i in outputs if i != inner])
+  other = _reuse_axis(plan, [i for i in outputs if i != inner], inner)
   accs = max(1, _accumulators(plan))
   gathers = _gathers(plan, inner, other)
   first = inner if gathers else _first_tile_axis(plan, inner, other, outputs)
@@ -124,15 +128,22 @@ def _split(plan: _Planner, axis: int, k: int, t: AxisType, tracked: list[int], t
   return True, [a + grew if a > axis else a for a in tracked]
 
 
-def _reuse_axis(plan: _Planner, candidates: list[int]) -> int | None:
+def _reuse_axis(plan: _Planner, candidates: list[int], inner: int | None = None) -> int | None:
   """The register tile's second axis: an output axis that some global input does not depend on (its
-  loaded values serve the whole tile along it) and, preferably, no gated load depends on (a padded
-  convolution's border checks would be made lane by lane); the largest such."""
+  loaded values serve the whole tile along it); preferably one that moves fewest of the loads the contiguous
+  axis `inner` moves too (each of those is loaded once per tile element: a convolution's output rows move its
+  input with its columns, its output channels only the weights, which the columns do not move: 8 x 8 rows by
+  columns loaded 64 inputs a window tap, 8 x 8 channels by columns 16 values; H200, 1x32x64x64 -> 32 from a
+  padded input: 0.090 -> 0.018 ms), then one that no gated load depends on (a padded convolution's border checks
+  would be made lane by lane); the largest such. An axis of odd size (3 colour channels) only where no other is
+  reused: it divides no tile."""
   axes = kernel_axes(plan.sink)
   loads = [u for u in _memory_ops(plan.sink) if u.op is Ops.LOAD and _is_global(root_buffer(u.src[0]))]
   def reused(i: int) -> bool: return any(axes[i] not in u.src[0].toposort() for u in loads)
+  def per_element(i: int) -> int:
+    return 0 if inner is None else sum(axes[i] in (t := u.src[0].toposort()) and axes[inner] in t for u in loads)
   fits = [i for i in candidates if reused(i)]
-  return max(fits, key=lambda i: (not _in_gated_load(plan, i), plan.size(i), i), default=None)
+  return max(fits, key=lambda i: (plan.size(i) % 2 == 0, -per_element(i), not _in_gated_load(plan, i), plan.size(i), i), default=None)
 
 
 def _first_tile_axis(plan: _Planner, inner: int | None, other: int | None, outputs: list[int]) -> int | None:
@@ -191,8 +202,26 @@ def _gathers(plan: _Planner, inner: int | None, other: int | None) -> bool:
   """No register tile pays: no axis is reused and a gated load moves with the contiguous one
   (tinygrad's cumsum, a window sum over a padded row): each lane would load its own element behind its
   own gate, so the lanes would save no load and only cut the threads by 4. Those lanes become threads
-  along the contiguous axis instead (GPU_GATHER_LANES x GPU_INNER_THREADS of a workgroup)."""
-  return other is None and inner is not None and _in_gated_load(plan, inner)
+  along the contiguous axis instead (GPU_GATHER_LANES x GPU_INNER_THREADS of a workgroup). Not where every
+  such load reads the axis in blocks of GPU_BLOCK_LANES (`_block_reads`): a block's lanes share it."""
+  return other is None and inner is not None and _in_gated_load(plan, inner) and not _block_reads(plan, inner, GPU_BLOCK_LANES)
+
+
+def _block_reads(plan: _Planner, i: int, k: int) -> bool:
+  """Every gated global LOAD that axis i moves reads it only in aligned blocks of k: with i = o*k + lane, its
+  address and gate simplify to expressions free of the lane (a windowed attention's relative-position bias,
+  one per head, at channel // 32: lanes of a head share the load and the softmax weight computed from it)."""
+  axes, size = kernel_axes(plan.sink), plan.size(i)
+  if not isinstance(size, int) or size % k: return False
+  r, fresh = axes[i], max(a.arg[0] for a in axes) + 1
+  lane = UOp(Ops.RANGE, dtypes.index, (UOp.const(dtypes.index, k),), (fresh, AxisType.UPCAST))
+  block = UOp(Ops.RANGE, dtypes.index, (UOp.const(dtypes.index, size // k),), (fresh + 1, AxisType.GLOBAL))
+  value = block.alu(Ops.MUL, UOp.const(dtypes.index, k)).alu(Ops.ADD, lane)
+  for u in _memory_ops(plan.sink):
+    if u.op is not Ops.LOAD or len(u.src) != 3 or not _is_global(root_buffer(u.src[0])) or r not in u.toposort(): continue
+    read = simplify(substitute(UOp(Ops.SINK, dtypes.void, (u.src[0].src[1], u.src[2])), {r: value}))
+    if lane in read.toposort(): return False
+  return True
 
 
 def _gate_free_lanes(plan: _Planner, tracked: list[int]) -> list[int]:
@@ -231,7 +260,7 @@ def _unroll(plan: _Planner, factor: int = GPU_UNROLL) -> None:
   for i in sorted((i for i in reduces if i not in whole), key=lambda i: -plan.size(i)):
     copies = math.prod(whole.get(j, 1) for j in nest(i))
     if not any(j in splits for j in nest(i) if j not in whole):
-      splits[i] = next((k for k in (factor, GPU_UNROLL, 2) if plan.size(i) % k == 0 and plan.size(i) > k and copies * k <= most), 0)
+      splits[i] = next((k for k in (factor, GPU_UNROLL, 2, *GPU_ODD_UNROLLS) if plan.size(i) % k == 0 and plan.size(i) > k and copies * k <= most), 0)
   for i in sorted(splits, reverse=True):
     if splits[i]: plan.split_by_first(i, (splits[i],), AxisType.UNROLL)
 
