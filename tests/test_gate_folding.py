@@ -77,6 +77,22 @@ def test_an_even_position_gives_back_what_it_halved():
   assert_same_where_gated(before, after)
 
 
+def test_a_selected_values_loads_keep_their_addresses():
+  """WHERE(p % 2 < 1, x[(p // 2)*2 + 1], ...): the selected value is computed where the condition is false too,
+  so its load must not become x[p + 1] (at an odd last p, one past the buffer: an interleaved RoPE's last lane);
+  the index arithmetic outside loads still folds."""
+  p = rng(8, 0)
+  even = lt(mod(p, c(2)), c(1))
+  buf = UOp(Ops.PARAM, F.ptr(), (), (0, "x"))
+  address = add(mul(idiv(p, c(2)), c(2)), c(1))
+  load = UOp(Ops.LOAD, F, (UOp(Ops.INDEX, F.ptr(), (buf, address)),))
+  scale = UOp(Ops.CAST, F, (mul(idiv(p, c(2)), c(2)),))
+  after = simplify(even.alu(Ops.WHERE, load.alu(Ops.MUL, scale), c(0.0, F)))
+  [ld] = [u for u in after.toposort() if u.op is Ops.LOAD]
+  assert ld is load, ld  # the address as written
+  assert sum(u.op is Ops.IDIV for u in after.toposort()) == 1  # the scale's (p // 2)*2 is p: only the load's division
+
+
 def test_a_division_the_gate_keeps_non_negative_divides_a_clamped_dividend():
   """(w - j) % 2 in a gate that also holds w - j >= 0 (and in the load it guards): max(w - j, 0) % 2, equal where
   the gate holds and known non-negative (then a mask, not a signed remainder)."""
@@ -137,6 +153,9 @@ PROGRAMS = {
   "maxpool3s2_grad": (lambda x: _grad(x.max_pool2d(3, stride=2, padding=1).square().sum(), x), [(1, 2, 7, 9)]),
   "deconv_grad_x": (lambda x, w: _grad(x.conv_transpose2d(w, stride=2, padding=1).square().sum(), x), [(1, 3, 4, 5), (3, 2, 4, 4)]),
   "conv1d_grad_x": (lambda x, w: _grad(x.conv2d(w, padding=1).square().sum(), x), [(2, 3, 9), (4, 3, 3)]),
+  # not a backward pass: an interleaved RoPE selects between even and odd lanes (the emulator checks every read's bounds)
+  "rope_interleaved": (lambda x, w: (lambda a, b: (a * w - b).unsqueeze(-1).cat((a + b * w).unsqueeze(-1), dim=-1).flatten(-2))(
+                       x[..., ::2], x[..., 1::2]), [(2, 3, 8), (3, 4)]),
 }
 
 

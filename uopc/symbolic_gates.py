@@ -135,15 +135,28 @@ def _divisible(gate: UOp) -> tuple[tuple[UOp, UOp], ...]:
   return tuple(out)
 
 
-def guarded(expr: UOp, gate: UOp) -> UOp:
+def guarded(expr: UOp, gate: UOp, keep_loads: bool = False) -> UOp:
   """`expr` rewritten for where `gate` holds: the split facts, the divisibility facts, and the divisions
-  whose dividend the gate's bounds fix (`simplify_given`) or keep non-negative (`_non_negative`)."""
+  whose dividend the gate's bounds fix (`simplify_given`) or keep non-negative (`_non_negative`). With
+  `keep_loads`, the LOADs inside expr keep their addresses and gates: expr is computed where the gate is false
+  too (a WHERE's selected value), and a load rewritten for the gate would read elsewhere there, possibly past
+  its buffer (an interleaved RoPE's x[(p // 2)*2 + 1] under p % 2 < 1 is x[p + 1]: at the row's odd last p, the
+  element after the tensor)."""
+  sub = _outside_loads if keep_loads else substitute
   facts = dict(gate_facts(gate)) | dict(_divisible(gate))
-  out = substitute(expr, facts) if facts else expr
-  return _non_negative(_divisions_given(out, _bounds(gate)), _bounds(gate))
+  out = sub(expr, facts) if facts else expr
+  return _non_negative(_divisions_given(out, _bounds(gate), sub), _bounds(gate), sub)
 
 
-def _non_negative(expr: UOp, bounds: dict) -> UOp:
+def _outside_loads(root: UOp, mapping) -> UOp:
+  """`substitute` that leaves every LOAD (its address, gate and alternative) as it is."""
+  done: dict[UOp, UOp] = {}
+  for u in root.toposort():
+    done[u] = u if u.op is Ops.LOAD else mapping.get(u) or (u.replace(src=tuple(done[s] for s in u.src)) if u.src else u)
+  return done[root]
+
+
+def _non_negative(expr: UOp, bounds: dict, sub=substitute) -> UOp:
   """Each index division or remainder by a constant whose dividend may be negative over the ranges but not
   where the gate holds divides max(dividend, 0): equal there, and known non-negative, so that Instruction
   Selection makes a power of two a shift or a mask (max pooling's backward: `(w - j) % 2` under `w - j >= 0`
@@ -158,7 +171,7 @@ def _non_negative(expr: UOp, bounds: dict) -> UOp:
     form = dict(linear_form(x))
     if _gated_range({a: k for a, k in form.items() if a is not None}, bounds)[0] + form.get(None, 0) < 0: continue
     mapping[u] = x.alu(Ops.MAX, UOp.const(x.dtype, 0)).alu(u.op, u.src[1])
-  return substitute(expr, mapping) if mapping else expr
+  return sub(expr, mapping) if mapping else expr
 
 
 def _self_guarded(gate: UOp) -> UOp:
@@ -177,7 +190,7 @@ def _load(ld: UOp, idx: UOp, alt: UOp, gate: UOp) -> UOp | None:
 def _where(w: UOp, gate: UOp, a: UOp, b: UOp) -> UOp | None:
   if gate.dtype is not dtypes.bool: return None
   facts = gate_facts(gate)
-  return w.replace(src=(_rewritten_gate(gate, facts) if facts else _self_guarded(gate), guarded(a, gate), b))
+  return w.replace(src=(_rewritten_gate(gate, facts) if facts else _self_guarded(gate), guarded(a, gate, keep_loads=True), b))
 
 
 gate_rules = Rules([
@@ -238,7 +251,7 @@ def _divide_given(x: UOp, d: int, bounds) -> tuple[UOp, UOp] | None:
   return q, _sum(rest)
 
 
-def _divisions_given(value: UOp, bounds: dict) -> UOp:
+def _divisions_given(value: UOp, bounds: dict, sub=substitute) -> UOp:
   """`value` with each index division or remainder by a constant that `_divide_given` decides replaced."""
   if not bounds: return value
   from uopc.symbolic import linear_form
@@ -248,7 +261,7 @@ def _divisions_given(value: UOp, bounds: dict) -> UOp:
     form = dict(linear_form(u.src[0]))
     if _gated_range({a: k for a, k in form.items() if a is not None}, bounds)[0] + form.get(None, 0) < 0: continue
     if (qr := _divide_given(u.src[0], u.src[1].arg, bounds)) is not None: mapping[u] = qr[1] if u.op is Ops.MOD else qr[0]
-  return substitute(value, mapping) if mapping else value
+  return sub(value, mapping) if mapping else value
 
 
 @lru_cache(maxsize=4096)
