@@ -5,7 +5,8 @@ renders natively within the SPEC-NOTES accuracy bar, per dtype, and those it ren
 (used under --fast-math).
 The decompositions are rules on the rewrite engine, each applied only where the target lacks the op:
 
-- NEG, SUB, DIV, CMPGT, CMPGE, CMPLE, CMPEQ, NOT, MULACC: seed 000's definitions;
+- NEG, SUB, DIV, CMPGT, CMPGE, CMPLE, CMPEQ, NOT, MULACC: seed 000's definitions (and back: a vector's
+  NOT(a != b) is one CMPEQ where the target renders it);
 - EXP2, LOG2, SIN, SQRT, POW: the accurate polynomial versions of `uopc.stages.transcendental`; POW by
   a constant integer -4..4 as multiplications (x**-n as RECIP of x**n), by 0.5 as SQRT;
 - THREEFRY: Threefry-2x32 (SPEC-NOTES) on uint32 halves;
@@ -255,7 +256,22 @@ def _fuse_lane(m: UOp, g: UOp, acc: UOp, ctx: IselContext) -> UOp | None:
   return _fuse_mulacc(lane(m.src[0]), lane(m.src[1]), acc, ctx)
 
 
+def _all_true(t: UOp) -> bool:
+  return (t.op is Ops.CONST and t.arg is True) or (t.op is Ops.STACK and all(x.op is Ops.CONST and x.arg is True for x in t.src))
+
+
+def _equal(u: UOp, a: UOp, b: UOp, t: UOp, ctx: IselContext) -> UOp | None:
+  """NOT(a != b) of vectors (seed 000's CMPEQ, as tinygrad writes ==) as one CMPEQ where the target renders it: the
+  C target keeps a comparison whose users take its lanes as integers or select by it as one mask of the operands'
+  width, where the two comparisons made a vector of bools between them (a histogram's (x == bin).sum(): a
+  conversion of 16 lanes to bytes and back for each)."""
+  if u.dtype.count == 1 or not _all_true(t): return None
+  eq = UOp(Ops.CMPEQ, u.dtype, (a, b))
+  return None if ctx.lacks(eq, a.dtype) else eq
+
+
 ISEL_RULES = Rules([
+  (Pat(Ops.CMPNE, src=(Pat(Ops.CMPNE, src=(Pat.var("a"), Pat.var("b"))), Pat.var("t")), name="u"), _equal),
   (Pat((Ops.IDIV, Ops.MOD), src=(Pat.var("x"), Pat.cvar("d")), name="u"), _div_by_const),
   (Pat((Ops.IDIV, Ops.MOD), src=(Pat.var("x"), Pat((Ops.STACK, Ops.CONST), name="d")), name="u"),
    lambda u, x, d, ctx: _vector_div(u, x, d, ctx) if x.dtype.count > 1 else None),

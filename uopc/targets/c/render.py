@@ -405,6 +405,8 @@ class _Renderer:
     # index arithmetic (addresses, gates) stays lane by lane: its lanes are taken apart again for the scalar
     # loads they address, which whole int64 vectors would make gcc extract one by one (conv3x3: 35 -> 313 ms)
     if dtypes.index in (dt.scalar, *(s.dtype.scalar for s in u.src)): return None
+    if op is Ops.CAST and u.src[0] in self.masks:  # -1/0 lanes of the same width: 1/0 as numbers
+      return f"(({ctype(dt)})(-{xs[0]}))" if dt.scalar.is_int() else f"__builtin_convertvector(-{xs[0]}, {ctype(dt)})"
     if op is Ops.CAST: return self._vector_cast(u.src[0].dtype, dt, xs[0])
     if op is Ops.WHERE:  # by a mask, or a bool vector (computed whole or put together lane by lane) made one
       return _select(xs[0], xs[1], xs[2], dt, convert=u.src[0] not in self.masks)
@@ -463,12 +465,15 @@ class _Renderer:
 
   def _mask(self, u: UOp) -> tuple[str, str] | None:
     """(C type, expression) of comparison u as a -1/0 integer mask of its operands' lane width, when every
-    user is a WHERE selecting values of that width by it (no 0/1 bool vector is made then), else None."""
+    user is a WHERE selecting values of that width by it or a CAST to numbers of that width (its negation, or
+    that converted: 1/0 lanes), so that no 0/1 bool vector is made, else None."""
     src = u.src[0].dtype.scalar
     if not (src.is_int() or src in (dtypes.float32, dtypes.float64, dtypes.bool)) or src is dtypes.index: return None
     users = self.users.get(u, [])
-    if not users or any(w.op is not Ops.WHERE or w.src[0] is not u or w.src[1] is u or w.src[2] is u or
-                        w.dtype.scalar.itemsize != src.itemsize for w in users): return None
+    def takes_mask(w: UOp) -> bool:
+      if w.op is Ops.CAST: return w.dtype.scalar.itemsize == src.itemsize and (w.dtype.scalar.is_int() or w.dtype.scalar in (dtypes.float32, dtypes.float64))
+      return w.op is Ops.WHERE and w.src[0] is u and w.src[1] is not u and w.src[2] is not u and w.dtype.scalar.itemsize == src.itemsize
+    if not users or not all(map(takes_mask, users)): return None
     m = vector_type_name(_SIGNED[src.itemsize], _lanes(u.dtype.count))
     a, b = (self.names[x] for x in u.src)
     form = {Ops.CMPLT: f"(({m})({a}<{b}))", Ops.CMPGT: f"(({m})({b}<{a}))", Ops.CMPEQ: f"(({m})({a}=={b}))",
