@@ -64,8 +64,8 @@ GPU_GATHER_UNROLL = 16       # such a kernel's reduction unrolled by this (indep
 GPU_GATHER_SHARED = 2        # this many outputs a thread along an axis no gate depends on (their gates computed once):
                              # cumsum's window sums on the H100 26 -> 22 us
 GPU_SHORT_REDUCE = 4         # reduce axes up to this size are unrolled whole (a convolution's 3 x 3 window)
-GPU_UNROLL = 4               # the longest reduce axis is unrolled by this much, or by 2, or by one of these where neither divides
-GPU_ODD_UNROLLS = (3, 5, 7)  # it (a 7 x 7 window attention's 49 keys: its gathered bias loads 7 in flight, not one; H200, its row max 30 -> 8.5 us)
+GPU_UNROLL = 4               # the longest reduce axis is unrolled by this much, or by 2, or by one of these where
+GPU_ODD_UNROLLS = (3, 5, 7)  # neither divides it (a 7 x 7 window's 49 keys: 7 gathered loads in flight; H200 30 -> 8.5 us)
 GPU_UNROLL_MAX = 36          # copies of the body the unrolls make at most
 GPU_UNROLL_LOADS = 128       # values loaded by the unrolled copies at most (their registers)
 GPU_GROUP_MIN = 64           # reduce iterations per thread from which sharing a reduction pays

@@ -471,7 +471,8 @@ class _Renderer:
     if not (src.is_int() or src in (dtypes.float32, dtypes.float64, dtypes.bool)) or src is dtypes.index: return None
     users = self.users.get(u, [])
     def takes_mask(w: UOp) -> bool:
-      if w.op is Ops.CAST: return w.dtype.scalar.itemsize == src.itemsize and (w.dtype.scalar.is_int() or w.dtype.scalar in (dtypes.float32, dtypes.float64))
+      to = w.dtype.scalar
+      if w.op is Ops.CAST: return to.itemsize == src.itemsize and (to.is_int() or to in (dtypes.float32, dtypes.float64))
       return w.op is Ops.WHERE and w.src[0] is u and w.src[1] is not u and w.src[2] is not u and w.dtype.scalar.itemsize == src.itemsize
     if not users or not all(map(takes_mask, users)): return None
     m = vector_type_name(_SIGNED[src.itemsize], _lanes(u.dtype.count))
