@@ -94,10 +94,10 @@ def test_register_tiles_follow_the_vector_width():
   assert _opts(g, 32) == ["SPLIT(1,16,u),SPLIT(0,8,u),SPLIT(4,2,r),SWAP(0,2),SPLIT(0,32,t,top),STAGE"]  # AVX2: 2 x 8 lanes
   assert _opts(g, 64) == ["SPLIT(1,32,u),SPLIT(0,8,u),SPLIT(4,2,r),SWAP(0,2),SPLIT(0,32,t,top),STAGE"]  # AVX-512: 2 x 16 lanes
   assert _opts(elementwise(64, 256), 64)[0].startswith("SPLIT(1,32,u)")
-  # a row sum's output axis reads its rows with a stride: 8 rows at a time, whatever the width; a long
-  # row gets 32 partial sums instead, whatever the width too (tests/test_partials.py)
-  assert _opts(reduction(4096, 512, "ADD", 1), 64)[0].startswith("SPLIT(0,8,u)")
-  assert _opts(reduction(4096, 4096, "ADD", 1), 64)[0].startswith("SPLIT(1,32,G)")
+  # a row sum's output axis reads its rows with a stride: 8 rows at a time, whatever the width; a row of 256
+  # or more gets 32 partial sums instead, whatever the width too (tests/test_partials.py)
+  assert _opts(reduction(4096, 128, "ADD", 1), 64)[0].startswith("SPLIT(0,8,u)")
+  assert _opts(reduction(4096, 512, "ADD", 1), 64)[0].startswith("SPLIT(1,32,G)")
   # a padded 3x3 convolution: its output channels fill 16 registers, not its rows (their border-gated loads
   # would be gathered lane by lane), no swap, and its 9 window positions (axis 5, selecting among the STACKed
   # shifts) unrolled whole; the columns get 2 x 16 lanes with AVX-512 (masked vector loads of the borders; 56

@@ -78,7 +78,10 @@ CPU_TILE_REGISTERS = 16    # vector registers' worth of accumulators in a CPU re
 CPU_UNSHARED_ROWS = 4      # register tile rows at most along an axis that every input moves with (no load shared by the rows)
 CPU_GATHER_LANES = 8       # lanes of the contiguous output axis when its reads are strided (a row sum's rows)
 CPU_PARTIALS = 32          # GROUP_REDUCE lanes (partial accumulators) of a long reduction read contiguously
-CPU_PARTIALS_MIN = 1024    # reduce sizes from which those pay for their combine
+CPU_PARTIALS_MIN = 256     # reduce sizes from which those pay for their combine (rows of 256-1023 read in 32-lane
+                           # partials, not 8 rows gathered lane by lane: GPT-2's layernorm 1.87x, a row count 5.4x) ...
+CPU_PARTIALS_GATED_MIN = 1024  # ... or this where the reduction moves a gated load (tinygrad's cumsum: its windows' blocks
+                           # of 256, masked lane by lane, took 2.8x longer in partials)
 CPU_LONG_BODY = 512        # ALU ops per element beyond which the output lanes take one register, not two
 CPU_CHAIN_REGISTERS = 8    # registers of lanes of an elementwise kernel with a transcendental (see _chains)
 CPU_CHAIN_OPS = frozenset({Ops.EXP2, Ops.LOG2, Ops.SIN, Ops.POW})
@@ -136,8 +139,10 @@ def _reused_inside(plan: _Planner, i: int) -> bool:
 
 def _partials(plan: _Planner) -> bool:
   """CPU_PARTIALS GROUP_REDUCE lanes, then an unroll by 2, for each REDUCE axis that is long
-  (CPU_PARTIALS_MIN or more, a multiple of CPU_PARTIALS) and read contiguously; whether there was one."""
-  long_reads = [r for r in plan.axes(AxisType.REDUCE) if isinstance(size := plan.size(r), int) and size >= CPU_PARTIALS_MIN
+  (CPU_PARTIALS_MIN or more, CPU_PARTIALS_GATED_MIN where it moves a gated load, a multiple of CPU_PARTIALS) and
+  read contiguously; whether there was one."""
+  def long(r: int, size: int) -> bool: return size >= (CPU_PARTIALS_GATED_MIN if _in_gated_load(plan, r) else CPU_PARTIALS_MIN)
+  long_reads = [r for r in plan.axes(AxisType.REDUCE) if isinstance(size := plan.size(r), int) and long(r, size)
                 and size % CPU_PARTIALS == 0 and _reads_contiguously(plan, r)]
   for r in reversed(long_reads):  # from the last: a split numbers the axes after it anew
     plan.split_by_first(r, (CPU_PARTIALS,), AxisType.GROUP_REDUCE)
