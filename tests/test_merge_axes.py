@@ -76,14 +76,15 @@ def test_output_loops_keep_their_shape():
 def test_an_instance_norm_is_one_kernel_of_rows_on_gpus(tmp_path):
   """Statistics over 16 x 16 beside 16 x 16 outputs: Rangeify sees the reduction loops as Optimize will (merged,
   a row of 256) and keeps them fused; on a GPU the output loops beside them merge too, and a workgroup row
-  shares all three (as a layernorm's). CPUs keep their output loops."""
+  shares all three (as a layernorm's). CPUs keep their output loops, and the merged row of 256 takes 32 partials per
+  reduction (2 cores, 32x64x16x16: 0.46 -> 0.075 ms against 8 rows gathered lane by lane)."""
   tinygrad = pytest.importorskip("tinygrad", reason="tinygrad 0.14 is not installed (pip install -e '.[test]')")
   def norm(x): return (x - x.mean((2, 3), keepdim=True)) * (x.var((2, 3), keepdim=True) + 1e-5).rsqrt()
   text = uopc.export(norm, tinygrad.Tensor.empty(2, 8, 16, 16), name="inorm")
   [(axes, _)] = optimized_text(text)
   assert axes == "g16 l64 u4 G64 r4 G64 r4"  # the batch and channel loops merged too
   [(cpu_axes, _)] = optimized_text(text, "c")  # one kernel too: its reductions merged, its two 16-wide output loops not
-  assert "R256" in cpu_axes and cpu_axes.count("u8") == 2
+  assert cpu_axes.count("G32") == 2 and cpu_axes.count("R4 r2 G32") == 2, cpu_axes  # each 256 as 4 x 2 x 32 lanes
   (tmp_path / "inorm.uop").write_text(text)
   x = np.random.default_rng(3).standard_normal((2, 8, 16, 16)).astype(np.float32)
   got = run_file(tmp_path / "inorm.uop", target="cuda", inputs={"x": x}, emulated=True).arrays["out"]
