@@ -7,6 +7,8 @@ written with tinygrad's own methods, checked against tinygrad on the CPU targets
 - check_reread, however short the loop: a reduction lowered at more than REREAD_MAX indices of one kernel (CTC's
   alpha recursion reads each step's logsumexp at three shifts of the next: 240 reductions of 3 in one kernel
   after 8 steps, 2m20s to compile) is realized (15 kernels, 9 s);
+- check_fanout: an elementwise value lowered at more than FANOUT_MAX indices of one kernel (a sorting network's
+  stages, each read at two indices of the next, and again in its backward pass) is realized;
 - check_repeats on a CPU: an expensive value broadcast over an output loop outside the loops it depends on
   (RoPE's cos and sin of position x frequency, the same for every head) is computed once into a table
   (2 cores: 1.14 -> 0.20 ms); a GPU recomputes it in its threads rather than launch a kernel for the table."""
@@ -96,3 +98,21 @@ def test_a_short_reduction_read_at_many_indices_is_realized(tmp_path):
     compile_module(parse_source(text, "t.uop"), target, "t", PrintOptions(after=frozenset({"optimize"}), out=out))
     for axes in (x[len("# axes: "):].split() for x in out.getvalue().splitlines() if x.startswith("# axes: ")):
       assert sum(a[0] in "rRG" for a in axes) <= 3 * REREAD_MAX, (target, axes)  # 240 in one kernel before
+
+
+def topk_grad(x): return x.topk(3)[0].square().sum().gradient(x)[0]
+
+
+def test_a_compare_exchange_networks_backward_realizes_its_stages(tmp_path):
+  """check_fanout: tinygrad's topk is a bitonic sort (10 stages of compare-exchanges for 16 elements), each stage
+  reading the one before at two indices; its backward pass reads them again, so fused, the first stage was lowered
+  at some 2^10 indices of one kernel (more than 10 minutes to build a 3 x 12 topk's gradient). An elementwise value
+  lowered at more than FANOUT_MAX indices of a kernel is realized; the gradient (2x at the top 3, 0 elsewhere)
+  matches numpy."""
+  x = np.random.default_rng(4).permutation(36).reshape(3, 12).astype(np.float32) - 17.5  # distinct: no ties
+  path = tmp_path / "tk.uop"
+  path.write_text(uopc.export(topk_grad, Tensor.empty(3, 12), name="tk"))
+  assert _kernels(path.read_text(), "c") > 8, "the network's stages are realized"
+  want = np.where(x >= np.sort(x, axis=1)[:, -3:-2], 2 * x, 0).astype(np.float32)
+  for target in ("c", "llvm"):
+    np.testing.assert_array_equal(run_file(path, target=target, inputs={"x": x}).arrays["out"], want)

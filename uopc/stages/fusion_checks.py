@@ -50,6 +50,7 @@ class _Nested(Exception):
 
 NESTED_MIN = 256  # elements of a nested reduction from which a GPU gets it realized (gpu_rows.GROUP_MIN: a workgroup's)
 REREAD_MAX = 8  # indices a fused REDUCE's loop is lowered at in one kernel, at most, however short it is
+FANOUT_MAX = 32  # indices (with their gates) any elementwise value is lowered at in one kernel, at most (check_fanout)
 FEW_OUTPUTS = 4 * NESTED_MIN  # outputs of a kernel too few for a short nested reduction's NESTED_MIN repeats in each
 
 
@@ -141,6 +142,14 @@ class FusionChecks:
     else: return
     repeats = [r.src[0].arg if r.src[0].op is Ops.CONST else r.src[0] for r in loops if r not in deps]
     if repeats and repeats_expensive_work(elementwise_cost(u, self.program.costs, self.program.cpu), repeats): self.unfuse(u)
+
+  def check_fanout(self, u: UOp) -> None:
+    """An elementwise value lowered at more than FANOUT_MAX indices of one kernel is realized: a network of
+    compare-exchanges reads each stage at two indices of the one before (a bitonic sort's 10 stages of 16, and
+    its backward pass: 2^10 indices of the first, which took more than 10 minutes to lower for a 3 x 12 topk's
+    gradient); realized, each stage is computed once and read back."""
+    self.fanout[u] = self.fanout.get(u, 0) + 1
+    if self.fanout[u] > FANOUT_MAX: raise _Unfused(u)
 
   def unfuse(self, u: UOp) -> None:
     """Realize u; on a GPU, inside a reduction that may fold into a loop-free form (a one-hot sum: a gather),

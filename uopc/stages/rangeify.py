@@ -250,6 +250,7 @@ class _Kernel(FusionChecks):
     self.deferred: list[list[UOp]] = []  # values to realize if the reductions being lowered keep their loops
     self.merged: dict[UOp, list[UOp]] = {}  # a REDUCE lowered as more loops of the enclosing one: its loop list
     self.lowered_at: dict[UOp, set[tuple[UOp, ...]]] = {}  # a fused REDUCE -> the indices its loop was lowered at
+    self.fanout: dict[UOp, int] = {}  # an elementwise value -> the (index, gate) pairs it was lowered at (check_fanout)
     self.alu_path: list[UOp] = []  # the elementwise values being lowered, innermost last
 
   def buffer_size(self, index: UOp) -> int | None:
@@ -291,6 +292,7 @@ class _Kernel(FusionChecks):
     op, src = u.op, u.src
     if op in (Ops.CONST, Ops.DEFINE_VAR): return u
     if op in GroupOp.ALU or op in (Ops.CAST, Ops.BITCAST):
+      self.check_fanout(u)
       if self.program.reads.get(u, True): self.check_repeats(u, idx, valid)
       if op is Ops.BITCAST and u.dtype.itemsize != src[0].dtype.itemsize:
         raise CompileError([error(None, f"BITCAST between sizes ({src[0].dtype} to {u.dtype}) is not supported in tensor programs")])
